@@ -1,0 +1,139 @@
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "core/factory.h"
+#include "core/grad_mode.h"
+#include "core/native/copy.h"
+
+namespace ember::autograd {
+namespace {
+
+struct NodeState {
+  int dependencies = 0;
+  Tensors grads;  // one slot per forward output
+};
+
+void accumulate_into(Tensor& slot, Tensor g) {
+  if (!slot.defined()) {
+    slot = std::move(g);
+  } else {
+    slot = native::to_dtype(slot, promote_types(slot.dtype(), g.dtype()));
+    Tensor sum = native::clone(slot);
+    NoGradGuard no_grad;
+    sum.add_(g);
+    slot = sum;
+  }
+}
+
+}  // namespace
+
+void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, NodeState> state;
+  std::vector<std::shared_ptr<Node>> root_nodes;
+
+  // Seed the roots.
+  std::vector<std::pair<Edge, Tensor>> root_edges;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    EMBER_CHECK(r.requires_grad(), "backward: tensor ", i, " of shape ", r.shape(),
+                " does not require grad and has no grad_fn");
+    Tensor g = i < seeds.size() ? seeds[i] : Tensor();
+    if (!g.defined()) {
+      EMBER_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for one-element "
+                  "outputs, got shape ", r.shape(), "; pass a gradient");
+      g = ones(r.shape(), {r.dtype(), r.device()});
+    }
+    EMBER_CHECK(g.shape() == r.shape(), "backward: gradient of shape ", g.shape(),
+                " does not match output of shape ", r.shape());
+    root_edges.push_back({gradient_edge(r), g});
+  }
+
+  // Count, for every node reachable from the roots, how many edges lead into it.
+  std::vector<Node*> stack;
+  std::unordered_map<Node*, bool> seen;
+  for (auto& [edge, g] : root_edges) {
+    if (!seen[edge.node.get()]) {
+      seen[edge.node.get()] = true;
+      stack.push_back(edge.node.get());
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      state[e.node.get()].dependencies++;
+      if (!seen[e.node.get()]) {
+        seen[e.node.get()] = true;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  auto cmp = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(cmp)> ready(cmp);
+
+  for (auto& [edge, g] : root_edges) {
+    NodeState& s = state[edge.node.get()];
+    if (s.grads.empty()) s.grads.resize(std::max<size_t>(1, edge.node->outputs.size()));
+    accumulate_into(s.grads[edge.input_nr], g);
+  }
+  for (auto& [edge, g] : root_edges) {
+    NodeState& s = state[edge.node.get()];
+    if (s.dependencies == 0 && !s.grads.empty()) {
+      ready.push(edge.node);
+      s.dependencies = -1;  // queued
+    }
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    NodeState& s = state[node.get()];
+    Tensors grads = std::move(s.grads);
+    bool any = false;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) {
+        any = true;
+      } else if (i < node->outputs.size()) {
+        const auto& m = node->outputs[i];
+        grads[i] = zeros(m.shape, {m.dtype, m.device});
+      }
+    }
+    Tensors out;
+    if (any) {
+      out = node->apply(std::move(grads));
+      if (!retain_graph) node->release();
+      EMBER_CHECK(out.empty() || out.size() == node->next_edges.size(), "backward: ", node->name(),
+                  " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
+    }
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      NodeState& ns = state[e.node.get()];
+      if (ns.grads.empty()) ns.grads.resize(std::max<size_t>(1, e.node->outputs.size()));
+      if (i < out.size() && out[i].defined()) {
+        const auto* meta = e.node->outputs.empty() ? nullptr : &e.node->outputs[e.input_nr];
+        if (meta) {
+          EMBER_CHECK(out[i].shape() == meta->shape, "backward: ", node->name(), " produced a gradient of shape ",
+                      out[i].shape(), " for input ", i, " of shape ", meta->shape);
+        }
+        accumulate_into(ns.grads[e.input_nr], out[i]);
+      }
+      if (--ns.dependencies == 0) ready.push(e.node);
+    }
+  }
+}
+
+}  // namespace ember::autograd
+
+namespace ember {
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  autograd::run_backward({*this}, {grad}, retain_graph);
+}
+}  // namespace ember

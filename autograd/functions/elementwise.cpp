@@ -1,0 +1,285 @@
+// Differentiable elementwise ops: forward through core/native/elementwise.h, backward formulas
+// here. Gradients of broadcasting ops are summed back to each input's shape and returned in
+// the input's dtype.
+#include <cmath>
+
+#include "autograd/node.h"
+#include "core/factory.h"
+#include "core/grad_mode.h"
+#include "core/native/copy.h"
+#include "core/native/elementwise.h"
+#include "core/native/views.h"
+#include "core/ops.h"
+
+namespace ember {
+using autograd::Tensors;
+using native::BinaryOp;
+using native::CompareOp;
+using native::UnaryOp;
+using native::UnaryParams;
+
+namespace {
+
+// What a backward needs to know about an input without keeping it alive.
+struct InputMeta {
+  Shape shape;
+  DType dtype;
+  bool needs;
+  explicit InputMeta(const Tensor& t) : shape(t.shape()), dtype(t.dtype()), needs(t.requires_grad()) {}
+};
+
+// Sums `g` over the dims that broadcasting added or expanded, giving a tensor of `in.shape`.
+Tensor sum_to(const Tensor& g, const InputMeta& in) {
+  Tensor r = g;
+  if (g.shape() != in.shape) {
+    const int64_t lead = g.dim() - int64_t(in.shape.size());
+    Shape dims;
+    for (int64_t i = 0; i < g.dim(); ++i)
+      if (i < lead || (in.shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
+    if (!dims.empty()) r = ember::sum(g, dims, /*keepdim=*/true);
+    r = native::reshape(r, in.shape);
+  }
+  return native::to_dtype(r, in.dtype);
+}
+
+// The gradient for one input, or none when it needs none.
+template <typename F>
+Tensor grad_if(const InputMeta& in, const F& compute) {
+  return in.needs ? sum_to(compute(), in) : Tensor();
+}
+
+Tensor zero_like_scalar(const Tensor& g) { return zeros({}, {g.dtype(), g.device()}); }
+
+// Records `name` when any input needs grad and the output can carry a gradient.
+void record_if(const char* name, const Tensors& inputs, const Tensor& y, autograd::BackwardFn fn) {
+  if (is_floating(y.dtype()) && autograd::needs_grad(inputs)) autograd::record(name, inputs, {y}, std::move(fn));
+}
+
+Tensor unary_op(const char* node, UnaryOp op, const Tensor& x, UnaryParams p = {}) {
+  Tensor y = native::unary(op, x, p);
+  if (is_floating(y.dtype()) && autograd::needs_grad({x})) {
+    Tensor saved = autograd::save(native::backward_uses_output(op) ? y : x);
+    autograd::record(node, {x}, {y}, [op, p, saved](const Tensors& g) -> Tensors {
+      return {native::unary_backward(op, g[0], saved, p)};
+    });
+  }
+  return y;
+}
+
+// Gradient of maximum (or minimum) for the side that wins where `wins` holds; ties share
+// the gradient equally, as PyTorch does.
+Tensor extremum_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
+  Tensor zero = zero_like_scalar(g);
+  return native::where(wins, g, native::where(ties, native::binary(BinaryOp::Mul, g, 0.5), zero));
+}
+
+void check_inplace(const Tensor& t, const char* op) {
+  EMBER_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
+              ": in-place update of a tensor that requires grad while grad mode is on; wrap it in "
+              "NoGradGuard (as optimizers do) or use the out-of-place op");
+}
+
+}  // namespace
+
+// ---- binary arithmetic
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor y = native::binary(BinaryOp::Add, a, b, alpha);
+  record_if("AddBackward", {a, b}, y, [ma = InputMeta(a), mb = InputMeta(b), alpha](const Tensors& g) -> Tensors {
+    return {grad_if(ma, [&] { return g[0]; }),
+            grad_if(mb, [&] { return alpha == 1.0 ? g[0] : native::binary(BinaryOp::Mul, g[0], alpha); })};
+  });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor y = native::binary(BinaryOp::Sub, a, b, alpha);
+  record_if("SubBackward", {a, b}, y, [ma = InputMeta(a), mb = InputMeta(b), alpha](const Tensors& g) -> Tensors {
+    return {grad_if(ma, [&] { return g[0]; }),
+            grad_if(mb, [&] { return native::binary(BinaryOp::Mul, g[0], -alpha); })};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = native::binary(BinaryOp::Mul, a, b);
+  record_if("MulBackward", {a, b}, y,
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
+             sb = autograd::save(a.requires_grad() ? b : Tensor())](const Tensors& g) -> Tensors {
+              return {grad_if(ma, [&] { return mul(g[0], sb); }), grad_if(mb, [&] { return mul(g[0], sa); })};
+            });
+  return y;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor y = native::binary(BinaryOp::Div, a, b);
+  record_if("DivBackward", {a, b}, y,
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
+             sb = autograd::save(b)](const Tensors& g) -> Tensors {
+              // d(a/b)/db = -a / b^2
+              return {grad_if(ma, [&] { return div(g[0], sb); }),
+                      grad_if(mb, [&] { return neg(div(mul(g[0], sa), mul(sb, sb))); })};
+            });
+  return y;
+}
+
+Tensor add(const Tensor& a, double b) {
+  Tensor y = native::binary(BinaryOp::Add, a, b);
+  record_if("AddBackward", {a}, y, [ma = InputMeta(a)](const Tensors& g) -> Tensors { return {sum_to(g[0], ma)}; });
+  return y;
+}
+
+Tensor sub(const Tensor& a, double b) {
+  Tensor y = native::binary(BinaryOp::Sub, a, b);
+  record_if("SubBackward", {a}, y, [ma = InputMeta(a)](const Tensors& g) -> Tensors { return {sum_to(g[0], ma)}; });
+  return y;
+}
+
+Tensor mul(const Tensor& a, double b) {
+  Tensor y = native::binary(BinaryOp::Mul, a, b);
+  record_if("MulBackward", {a}, y, [ma = InputMeta(a), b](const Tensors& g) -> Tensors {
+    return {sum_to(native::binary(BinaryOp::Mul, g[0], b), ma)};
+  });
+  return y;
+}
+
+Tensor div(const Tensor& a, double b) {
+  Tensor y = native::binary(BinaryOp::Div, a, b);
+  record_if("DivBackward", {a}, y, [ma = InputMeta(a), b](const Tensors& g) -> Tensors {
+    return {sum_to(native::binary(BinaryOp::Div, g[0], b), ma)};
+  });
+  return y;
+}
+
+Tensor pow(const Tensor& a, double exponent) { return unary_op("PowBackward", UnaryOp::PowScalar, a, {exponent, 0.0}); }
+
+Tensor pow(const Tensor& a, const Tensor& exponent) {
+  Tensor y = native::binary(BinaryOp::Pow, a, exponent);
+  record_if("PowBackward", {a, exponent}, y,
+            [ma = InputMeta(a), mb = InputMeta(exponent), sa = autograd::save(a), sb = autograd::save(exponent),
+             sy = autograd::save(exponent.requires_grad() ? y : Tensor())](const Tensors& g) -> Tensors {
+              return {grad_if(ma, [&] { return mul(g[0], mul(sb, pow(sa, sub(sb, 1.0)))); }),
+                      grad_if(mb, [&] {
+                        // d(a^b)/db = a^b log(a); taken as 0 where a == 0 and b >= 0 (the limit)
+                        Tensor d = mul(sy, log(sa));
+                        return mul(g[0], masked_fill(d, mul(eq(sa, 0.0), ge(sb, 0.0)), 0.0));
+                      })};
+            });
+  return y;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor y = native::binary(BinaryOp::Maximum, a, b);
+  record_if("MaximumBackward", {a, b}, y,
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
+              const Tensor ties = native::compare(CompareOp::Eq, sa, sb);
+              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, sa, sb), ties); }),
+                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, sa, sb), ties); })};
+            });
+  return y;
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  Tensor y = native::binary(BinaryOp::Minimum, a, b);
+  record_if("MinimumBackward", {a, b}, y,
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
+              const Tensor ties = native::compare(CompareOp::Eq, sa, sb);
+              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, sa, sb), ties); }),
+                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, sa, sb), ties); })};
+            });
+  return y;
+}
+
+// ---- unary
+
+Tensor neg(const Tensor& x) {
+  Tensor y = native::unary(UnaryOp::Neg, x);
+  record_if("NegBackward", {x}, y, [](const Tensors& g) -> Tensors { return {native::unary(UnaryOp::Neg, g[0])}; });
+  return y;
+}
+
+Tensor exp(const Tensor& x) { return unary_op("ExpBackward", UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary_op("LogBackward", UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary_op("SqrtBackward", UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op("RsqrtBackward", UnaryOp::Rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary_op("TanhBackward", UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op("SigmoidBackward", UnaryOp::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary_op("ReluBackward", UnaryOp::Relu, x); }
+Tensor abs(const Tensor& x) { return unary_op("AbsBackward", UnaryOp::Abs, x); }
+
+Tensor gelu(const Tensor& x, bool tanh_approx) {
+  return unary_op("GeluBackward", tanh_approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, x);
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  EMBER_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be given");
+  const double inf = std::numeric_limits<double>::infinity();
+  return unary_op("ClampBackward", UnaryOp::Clamp, x, {min.value_or(-inf), max.value_or(inf)});
+}
+
+// ---- comparisons and selection
+
+Tensor eq(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::Ge, a, b); }
+Tensor eq(const Tensor& a, double b) { return native::compare(CompareOp::Eq, a, b); }
+Tensor ne(const Tensor& a, double b) { return native::compare(CompareOp::Ne, a, b); }
+Tensor lt(const Tensor& a, double b) { return native::compare(CompareOp::Lt, a, b); }
+Tensor le(const Tensor& a, double b) { return native::compare(CompareOp::Le, a, b); }
+Tensor gt(const Tensor& a, double b) { return native::compare(CompareOp::Gt, a, b); }
+Tensor ge(const Tensor& a, double b) { return native::compare(CompareOp::Ge, a, b); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Tensor y = native::where(cond, a, b);
+  record_if("WhereBackward", {a, b}, y,
+            [ma = InputMeta(a), mb = InputMeta(b), sc = autograd::save(cond)](const Tensors& g) -> Tensors {
+              const Tensor zero = zero_like_scalar(g[0]);
+              return {grad_if(ma, [&] { return native::where(sc, g[0], zero); }),
+                      grad_if(mb, [&] { return native::where(sc, zero, g[0]); })};
+            });
+  return y;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  Tensor y = native::masked_fill(x, mask, value);
+  record_if("MaskedFillBackward", {x}, y, [sm = autograd::save(mask)](const Tensors& g) -> Tensors {
+    return {native::masked_fill(g[0], sm, 0.0)};
+  });
+  return y;
+}
+
+// ---- Tensor members
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace(*this, "add_");
+  const Shape target = broadcast_shapes(shape(), other.shape(), "add_");
+  EMBER_CHECK(target == shape(), "add_: other of shape ", other.shape(), " cannot be broadcast to self's shape ",
+              shape());
+  native::binary(BinaryOp::Add, *this, other, alpha, *this);
+  return *this;
+}
+
+Tensor& Tensor::mul_(double value) {
+  check_inplace(*this, "mul_");
+  native::binary(BinaryOp::Mul, *this, value, *this);
+  return *this;
+}
+
+Tensor Tensor::neg() const { return ember::neg(*this); }
+Tensor Tensor::exp() const { return ember::exp(*this); }
+Tensor Tensor::log() const { return ember::log(*this); }
+Tensor Tensor::sqrt() const { return ember::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return ember::rsqrt(*this); }
+Tensor Tensor::tanh() const { return ember::tanh(*this); }
+Tensor Tensor::sigmoid() const { return ember::sigmoid(*this); }
+Tensor Tensor::relu() const { return ember::relu(*this); }
+Tensor Tensor::gelu(bool tanh_approx) const { return ember::gelu(*this, tanh_approx); }
+Tensor Tensor::abs() const { return ember::abs(*this); }
+Tensor Tensor::pow(double exponent) const { return ember::pow(*this, exponent); }
+Tensor Tensor::clamp(double min, double max) const { return ember::clamp(*this, min, max); }
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return ember::masked_fill(*this, mask, value); }
+
+}  // namespace ember

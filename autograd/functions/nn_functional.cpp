@@ -1,0 +1,70 @@
+// Differentiable embedding, dropout and cross-entropy. Forward work is in
+// core/native/nn_functional.h; the backward formulas are fused kernels there as well.
+#include "autograd/node.h"
+#include "core/factory.h"
+#include "core/native/copy.h"
+#include "core/native/nn_functional.h"
+#include "core/ops.h"
+
+namespace ember {
+using autograd::Tensors;
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  Tensor out = native::embedding(weight, indices);
+  const int64_t num = weight.size(0);
+  const int64_t padding_row = native::embedding_padding_row(padding_idx, num);
+  if (!autograd::needs_grad({weight})) return out;
+  const Tensor saved_indices = autograd::save(indices);
+  const DType dtype = weight.dtype();
+  autograd::record("EmbeddingBackward", {weight}, {out},
+                   [saved_indices, num, padding_row, dtype](const Tensors& g) -> Tensors {
+                     return {native::embedding_backward(native::to_dtype(g[0], dtype), saved_indices, num, padding_row)};
+                   });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  native::check_dropout_probability(p);
+  if (!training || p == 0.0) return x;
+  EMBER_CHECK(x.is_floating_point(), "dropout: expected a floating-point tensor, got ", dtype_name(x.dtype()),
+              " of shape ", x.shape());
+  if (p == 1.0) {
+    // Everything dropped: no random numbers needed, and no gradient gets through.
+    Tensor out = zeros(x.shape(), {x.dtype(), x.device()});
+    if (autograd::needs_grad({x})) {
+      autograd::record("DropoutBackward", {x}, {out}, [](const Tensors& g) -> Tensors {
+        return {zeros(g[0].shape(), {g[0].dtype(), g[0].device()})};
+      });
+    }
+    return out;
+  }
+  native::DropoutResult r = native::dropout(x, p);
+  if (autograd::needs_grad({x})) {
+    const double scale = 1.0 / (1.0 - p);
+    const Tensor mask = r.mask;
+    autograd::record("DropoutBackward", {x}, {r.out}, [mask, scale](const Tensors& g) -> Tensors {
+      return {native::dropout_backward(g[0], mask, scale)};
+    });
+  }
+  return r.out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+                     Reduction reduction) {
+  const native::CrossEntropyArgs args{ignore_index, label_smoothing, reduction};
+  native::CrossEntropyResult r = native::cross_entropy(logits, target, args);
+  if (!autograd::needs_grad({logits})) return r.loss;
+  // Keep the row statistics, not the loss itself (the loss holds this node: no cycles).
+  native::CrossEntropyResult saved;
+  saved.lse = autograd::save(r.lse);
+  saved.logits = autograd::save(r.logits);
+  saved.target = autograd::save(r.target);
+  saved.count = r.count;
+  const Shape shape = logits.shape();
+  autograd::record("CrossEntropyBackward", {logits}, {r.loss}, [saved, shape, args](const Tensors& g) -> Tensors {
+    return {native::cross_entropy_backward(g[0], saved, shape, args)};
+  });
+  return r.loss;
+}
+
+}  // namespace ember

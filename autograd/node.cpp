@@ -1,0 +1,85 @@
+#include "autograd/node.h"
+
+#include "core/grad_mode.h"
+#include "core/native/copy.h"
+
+namespace ember::autograd {
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+}
+
+Node::Node() : sequence_nr(next_sequence_nr++) {}
+
+Tensors FunctionNode::apply(Tensors&& grads) {
+  EMBER_CHECK(fn_ != nullptr, "backward: ", name_, " was already run and its saved tensors freed; "
+              "call backward(grad, /*retain_graph=*/true) the first time to backward twice");
+  return fn_(grads);
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+  sequence_nr = UINT64_MAX;  // run as soon as ready, so hooks fire early
+  outputs.push_back({leaf_->shape, leaf_->dtype, leaf_->device()});
+}
+
+Tensors AccumulateGrad::apply(Tensors&& grads) {
+  Tensor g = grads.at(0);
+  Tensor leaf(leaf_);
+  EMBER_CHECK(g.shape() == leaf.shape(), "backward: gradient of shape ", g.shape(),
+              " for a leaf of shape ", leaf.shape());
+  if (g.dtype() != leaf.dtype()) g = native::to_dtype(g, leaf.dtype());
+  if (g.device() != leaf.device()) g = native::to_device(g, leaf.device());
+  if (!leaf_->grad) {
+    // Take ownership of the incoming buffer when nobody else can see it; otherwise copy so
+    // later in-place accumulation never writes into another tensor.
+    const bool exclusive = g.is_contiguous() && g.impl_ptr().use_count() <= 2 &&
+                           g.impl()->storage.use_count() == 1;
+    leaf_->grad = exclusive ? g.detach().impl_ptr() : native::clone(g).impl_ptr();
+  } else {
+    Tensor acc(leaf_->grad);
+    NoGradGuard no_grad;
+    acc.add_(g);
+  }
+  for (auto& hook : leaf_->post_accumulate_hooks) hook(leaf);
+  return {};
+}
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(const Tensors& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  TensorImpl* impl = t.impl();
+  if (impl->grad_fn) return {impl->grad_fn, impl->output_nr};
+  auto acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl->grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void record(std::string name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn) {
+  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(fn));
+  node->next_edges.reserve(inputs.size());
+  for (const auto& in : inputs) node->next_edges.push_back(gradient_edge(in));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl* o = outputs[i].impl();
+    node->outputs.push_back({o->shape, o->dtype, o->device()});
+    o->grad_fn = node;
+    o->output_nr = uint32_t(i);
+    o->requires_grad = true;
+  }
+}
+
+}  // namespace ember::autograd

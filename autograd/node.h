@@ -1,0 +1,85 @@
+// The autograd graph. Each differentiable op that sees an input requiring grad creates a
+// Node holding what its backward needs; edges point from a node to the nodes (or leaf
+// accumulators) that produced its inputs. The engine (engine.h) walks them in reverse.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember::autograd {
+
+using Tensors = std::vector<Tensor>;
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: that input needs no gradient
+  uint32_t input_nr = 0;       // which gradient slot of `node` this edge feeds
+  bool valid() const { return node != nullptr; }
+};
+
+// Shape/dtype/device of one forward output, to build a zero gradient when none arrives.
+struct OutputMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  virtual std::string name() const = 0;
+  // grads: one per forward output (all defined). Returns one gradient per next edge;
+  // an undefined entry means "no gradient".
+  virtual Tensors apply(Tensors&& grads) = 0;
+  // Frees saved tensors once backward has run without retain_graph.
+  virtual void release() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<OutputMeta> outputs;
+  uint64_t sequence_nr;  // creation order: later nodes run first in backward
+};
+
+using BackwardFn = std::function<Tensors(const Tensors& grads)>;
+
+// A node whose backward is a closure. Closures must capture saved tensors detached
+// (`save(t)`) so the graph holds no reference cycles.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+  Tensors apply(Tensors&& grads) override;
+  void release() override { fn_ = nullptr; }
+
+ private:
+  std::string name_;
+  BackwardFn fn_;
+};
+
+// Sink for a leaf: adds the incoming gradient into leaf.grad, then runs its hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  std::string name() const override { return "AccumulateGrad"; }
+  Tensors apply(Tensors&& grads) override;
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// True when grad mode is on and any defined input requires grad.
+bool needs_grad(std::initializer_list<Tensor> inputs);
+bool needs_grad(const Tensors& inputs);
+// The edge through which a gradient for `t` flows (its grad_fn, its accumulator, or none).
+Edge gradient_edge(const Tensor& t);
+// Attaches a new FunctionNode to `outputs`, with one next edge per input.
+void record(std::string name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn);
+// A saved tensor: same data, no history (avoids cycles output -> node -> output).
+inline Tensor save(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+
+}  // namespace ember::autograd

@@ -1,0 +1,91 @@
+// Memory-bound ops at training sizes. "GB/s" counts the bytes an ideal kernel must move (each
+// input read once, each output written once, f32), so it reads directly against the machine's
+// memory/cache bandwidth. Times are wall-clock; each op runs at 1 and 2 threads.
+//
+//   BM_Softmax              softmax over the last dim of [64, 128, 128]     read x, write y
+//   BM_LayerNormFwdBwd      layer_norm over 256 of [2048, 256], with weight and bias, forward
+//                           then backward    read x, write y; read dy (and x), write dx
+//   BM_Gelu                 exact gelu over 4M elements                     read x, write y
+//   BM_BroadcastAdd         [2048, 1024] + [1024]                           read both, write y
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "ember/ember.h"
+
+namespace {
+
+void use_threads(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  ember::set_num_threads(threads);
+  state.SetLabel("threads=" + std::to_string(threads));
+}
+
+void count_bytes(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+constexpr double kF32 = 4.0;
+
+void BM_Softmax(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({64, 128, 128});
+  for (auto _ : state) {
+    ember::Tensor y = ember::softmax(x, -1);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  count_bytes(state, 2.0 * double(x.numel()) * kF32);
+}
+
+void BM_LayerNormFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor x = ember::randn({2048, 256}).requires_grad_();
+  ember::Tensor w = ember::ones({256}).requires_grad_();
+  ember::Tensor b = ember::zeros({256}).requires_grad_();
+  const ember::Tensor dy = ember::randn({2048, 256});
+  for (auto _ : state) {
+    ember::Tensor y = ember::layer_norm(x, {256}, w, b);
+    y.backward(dy);
+    benchmark::DoNotOptimize(x.grad().raw_data());
+    // fresh gradients each time, so accumulation is not part of what is timed
+    x.set_grad(ember::Tensor());
+    w.set_grad(ember::Tensor());
+    b.set_grad(ember::Tensor());
+  }
+  // forward: read x, write y; backward: read dy and x, write dx (per-row statistics and the
+  // 256-element parameters are noise at this size)
+  count_bytes(state, 5.0 * double(x.numel()) * kF32);
+}
+
+void BM_Gelu(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({4 << 20});
+  for (auto _ : state) {
+    ember::Tensor y = ember::gelu(x);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  count_bytes(state, 2.0 * double(x.numel()) * kF32);
+}
+
+void BM_BroadcastAdd(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor a = ember::randn({2048, 1024}), b = ember::randn({1024});
+  for (auto _ : state) {
+    ember::Tensor y = a + b;
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  count_bytes(state, (2.0 * double(a.numel()) + double(b.numel())) * kF32);
+}
+
+void threads(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Softmax)->Apply(threads);
+BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
+BENCHMARK(BM_Gelu)->Apply(threads);
+BENCHMARK(BM_BroadcastAdd)->Apply(threads);
+
+BENCHMARK_MAIN();

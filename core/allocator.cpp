@@ -1,0 +1,102 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ember {
+
+size_t CpuCachingAllocator::round_size(size_t n) {
+  if (n <= 64) return 64;
+  if (n <= (size_t(1) << 20)) {
+    size_t p = 64;
+    while (p < n) p <<= 1;
+    return p;
+  }
+  size_t p = size_t(1) << 20;
+  while (p * 2 <= n) p <<= 1;  // p <= n < 2p
+  const size_t step = p / 8;
+  return (n + step - 1) / step * step;
+}
+
+void* CpuCachingAllocator::allocate(size_t nbytes) {
+  const size_t size = round_size(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.num_allocations;
+    auto it = free_blocks_.find(size);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      ++stats_.num_cache_hits;
+      stats_.bytes_in_use += int64_t(size);
+      stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kAlignment, size);
+  if (!p) {
+    empty_cache();
+    p = std::aligned_alloc(kAlignment, size);
+  }
+  EMBER_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes (",
+              double(nbytes) / (1 << 20), " MiB)");
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_reserved += int64_t(size);
+  stats_.bytes_in_use += int64_t(size);
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  return p;
+}
+
+void CpuCachingAllocator::deallocate(void* ptr, size_t nbytes) {
+  if (!ptr) return;
+  const size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  free_blocks_[size].push_back(ptr);
+  stats_.bytes_in_use -= int64_t(size);
+}
+
+AllocatorStats CpuCachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CpuCachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
+void CpuCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* p : blocks) std::free(p);
+    stats_.bytes_reserved -= int64_t(size * blocks.size());
+    blocks.clear();
+  }
+}
+
+CpuCachingAllocator& cpu_allocator() {
+  // Leaked on purpose: tensors in static storage may be freed after main returns.
+  static auto* alloc = new CpuCachingAllocator();
+  return *alloc;
+}
+
+namespace {
+Allocator*& cuda_slot() {
+  static Allocator* slot = nullptr;
+  return slot;
+}
+}  // namespace
+
+void register_allocator(DeviceType type, Allocator* alloc) {
+  if (type == DeviceType::CUDA) cuda_slot() = alloc;
+}
+
+Allocator& allocator_for(Device d) {
+  if (d.is_cpu()) return cpu_allocator();
+  EMBER_CHECK(cuda_slot() != nullptr, "device ", d,
+              ": Ember was built without CUDA support or no CUDA allocator is available");
+  return *cuda_slot();
+}
+
+}  // namespace ember

@@ -1,0 +1,9 @@
+#include "core/grad_mode.h"
+
+namespace ember {
+namespace {
+thread_local bool grad_enabled = true;
+}
+bool GradMode::is_enabled() { return grad_enabled; }
+void GradMode::set_enabled(bool on) { grad_enabled = on; }
+}  // namespace ember

@@ -1,0 +1,33 @@
+// A block of memory shared by a tensor and all of its views.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "core/allocator.h"
+
+namespace ember {
+
+class Storage {
+ public:
+  // Owns nbytes from the device's allocator.
+  Storage(size_t nbytes, Device device);
+  // Wraps memory the caller owns; `deleter` (may be empty) runs when the last view dies.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;  // null for wrapped memory
+  std::function<void(void*)> deleter_;
+};
+
+}  // namespace ember

@@ -1,0 +1,40 @@
+// The state behind a Tensor handle: a view (offset, shape, strides) into shared storage,
+// plus the autograd fields. Handles share one TensorImpl; views share one Storage.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace ember {
+
+class Tensor;
+namespace autograd {
+class Node;
+}
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  Shape strides;       // in elements
+  DType dtype = DType::f32;
+
+  // autograd
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;                   // which output of grad_fn this is
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
+
+  Device device() const { return storage->device(); }
+  void* data() const {
+    return static_cast<char*>(storage->data()) + offset * int64_t(dtype_size(dtype));
+  }
+};
+
+}  // namespace ember

@@ -1,0 +1,110 @@
+// DataLoader: batches from a dataset in sampler order, optionally built by background worker
+// threads that prefetch ahead while the batches still come out in order.
+//
+//   data::DataLoader loader(train_set, {.batch_size = 32, .shuffle = true});
+//   for (int epoch = 0; epoch < 3; ++epoch) { loader.set_epoch(epoch); for (auto& batch : loader) ...; }
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "data/collate.h"
+#include "data/sampler.h"
+
+namespace ember::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  bool drop_last = false;
+  int num_workers = 0;      // 0: batches are built on the calling thread
+  int prefetch_factor = 2;  // batches in flight per worker
+  bool pin_memory = false;  // page-locked host buffers when CUDA is present; otherwise no effect
+  uint64_t seed = 0;        // shuffle seed (the permutation also depends on the epoch)
+  CollateFn collate = nullptr;  // default: stack_collate
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions opt);
+  // With an explicit sampler (e.g. a distributed one); shuffle must then be false.
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler, DataLoaderOptions opt);
+  ~DataLoader();
+
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+  // Batches per epoch.
+  int64_t size() const;
+  const DataLoaderOptions& options() const { return opt_; }
+  const Dataset& dataset() const { return *dataset_; }
+  const Sampler& sampler() const { return *sampler_; }
+  // Skips the first `n` batches of the next iteration (resuming mid-epoch).
+  void skip_first_batches(int64_t n) { skip_ = n; }
+
+  class Iterator;
+  Iterator begin();
+  Iterator end();
+
+  // One pass over an epoch; owned by the iterator.
+  class Pass;
+
+ private:
+  void validate();
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const Sampler> sampler_;
+  DataLoaderOptions opt_;
+  int64_t epoch_ = 0;
+  int64_t skip_ = 0;
+  std::shared_ptr<Pass> pass_;
+};
+
+class DataLoader::Pass {
+ public:
+  Pass(const Dataset& dataset, std::vector<std::vector<int64_t>> batches, const DataLoaderOptions& opt,
+       int64_t epoch, int64_t first_batch);
+  ~Pass();
+  // The next batch in order, or nullopt at the end. Rethrows a worker's exception.
+  std::optional<Batch> next();
+  int64_t position() const { return next_index_; }
+
+ private:
+  Batch build(int64_t batch_index);
+  void worker_loop();
+
+  const Dataset& dataset_;
+  std::vector<std::vector<int64_t>> batches_;
+  DataLoaderOptions opt_;
+  CollateFn collate_;
+  int64_t epoch_;
+  int64_t next_index_;  // next batch handed to the caller
+  // worker state
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_to_build_ = 0;
+  std::map<int64_t, Batch> ready_;
+  std::map<int64_t, std::exception_ptr> errors_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+class DataLoader::Iterator {
+ public:
+  Iterator() = default;
+  explicit Iterator(std::shared_ptr<Pass> pass);
+  Batch& operator*() { return *current_; }
+  Batch* operator->() { return &*current_; }
+  Iterator& operator++();
+  bool operator==(const Iterator& o) const { return at_end() == o.at_end(); }
+  bool operator!=(const Iterator& o) const { return !(*this == o); }
+
+ private:
+  bool at_end() const { return !current_.has_value(); }
+  std::shared_ptr<Pass> pass_;
+  std::optional<Batch> current_;
+};
+
+}  // namespace ember::data

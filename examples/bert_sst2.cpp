@@ -1,0 +1,252 @@
+// The main job: pretrain a BERT-mini with masked-LM on English text (WikiText-2 + Gutenberg),
+// save it in the Hugging Face format, fine-tune it on SST-2 and report dev accuracy per epoch.
+//
+//   bert_sst2 [--stage all|pretrain|finetune] [--pretrain-steps N] [--epochs N] [--threads T] ...
+// Progress goes to stderr; metrics are appended to <out>/metrics.jsonl.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "core/progress.h"
+#include "data/dataloader.h"
+#include "data/mlm_collator.h"
+#include "data/text_datasets.h"
+#include "ember/ember.h"
+#include "nn/models/bert.h"
+#include "nn/models/pretrained.h"
+#include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
+#include "optim/sgd_adam.h"
+
+using namespace ember;
+
+namespace {
+
+struct Args {
+  std::string stage = "all";
+  std::string data_dir = std::string(EMBER_SOURCE_DIR) + "/datasets";
+  std::string out = "runs/bert_sst2";
+  int threads = 0;
+  uint64_t seed = 0;
+  // pretraining
+  int64_t pretrain_steps = 600;
+  int64_t pretrain_batch = 32;
+  int64_t seq_len = 128;
+  double pretrain_lr = 1e-3;
+  // fine-tuning
+  int64_t epochs = 3;
+  int64_t batch = 32;
+  int64_t max_len = 66;
+  double lr = 1e-4;
+  int64_t eval_batch = 128;
+  int num_workers = 1;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      EMBER_CHECK(i + 1 < argc, "bert_sst2: ", k, " needs a value");
+      return argv[++i];
+    };
+    if (k == "--stage") a.stage = val();
+    else if (k == "--data-dir") a.data_dir = val();
+    else if (k == "--out") a.out = val();
+    else if (k == "--threads") a.threads = std::stoi(val());
+    else if (k == "--seed") a.seed = std::stoull(val());
+    else if (k == "--pretrain-steps") a.pretrain_steps = std::stoll(val());
+    else if (k == "--pretrain-batch") a.pretrain_batch = std::stoll(val());
+    else if (k == "--seq-len") a.seq_len = std::stoll(val());
+    else if (k == "--pretrain-lr") a.pretrain_lr = std::stod(val());
+    else if (k == "--epochs") a.epochs = std::stoll(val());
+    else if (k == "--batch") a.batch = std::stoll(val());
+    else if (k == "--max-len") a.max_len = std::stoll(val());
+    else if (k == "--lr") a.lr = std::stod(val());
+    else if (k == "--workers") a.num_workers = std::stoi(val());
+    else if (k == "--help" || k == "-h") {
+      std::printf(
+          "usage: bert_sst2 [--stage all|pretrain|finetune] [--data-dir D] [--out DIR] [--threads T] [--seed S]\n"
+          "                 [--pretrain-steps N] [--pretrain-batch B] [--seq-len L] [--pretrain-lr X]\n"
+          "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W]\n");
+      std::exit(0);
+    } else {
+      EMBER_FAIL("bert_sst2: unknown option ", k, " (see --help)");
+    }
+  }
+  EMBER_CHECK(a.stage == "all" || a.stage == "pretrain" || a.stage == "finetune",
+              "bert_sst2: --stage must be all, pretrain or finetune, got ", a.stage);
+  return a;
+}
+
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) : out_(path, std::ios::app) {
+    EMBER_CHECK(out_.good(), "bert_sst2: cannot open ", path, " for appending");
+  }
+  void write(const std::string& stage, const std::map<std::string, double>& values) {
+    out_ << "{\"stage\": \"" << stage << "\"";
+    for (const auto& [k, v] : values) out_ << ", \"" << k << "\": " << v;
+    out_ << "}\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::vector<std::string> corpus_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/corpus"))
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  EMBER_CHECK(!files.empty(), "bert_sst2: no corpus files under ", dir, "/corpus");
+  return files;
+}
+
+void pretrain(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log) {
+  auto corpus = std::make_shared<data::PackedTextDataset>(tok, corpus_files(a.data_dir), a.seq_len);
+  std::printf("pretrain: %lld sequences of %lld tokens (%lld tokens)\n", (long long)corpus->size(),
+              (long long)a.seq_len, (long long)corpus->num_tokens());
+  data::MLMCollator collator({.vocab_size = tok.vocab_size(), .mask_token_id = tok.mask_id(),
+                              .pad_token_id = tok.pad_id(), .special_token_ids = tok.special_ids(), .seed = a.seed});
+  data::DataLoader loader(corpus, {.batch_size = a.pretrain_batch, .shuffle = true, .drop_last = true,
+                                   .num_workers = a.num_workers, .seed = a.seed,
+                                   .collate = [&](const auto& ex, const auto& ctx) { return collator(ex, ctx); }});
+
+  nn::BertConfig cfg = nn::BertConfig::mini(tok.vocab_size());
+  cfg.max_position_embeddings = std::max<int64_t>(a.seq_len, 128);
+  auto model = std::make_shared<nn::BertForMaskedLM>(cfg);
+  model->sparse_prediction = true;  // score only the masked positions: same loss, less work
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = a.pretrain_lr, .weight_decay = 0.01});
+  auto sched = optim::get_scheduler("linear", opt, a.pretrain_steps / 10, a.pretrain_steps);
+
+  ProgressBar bar("pretrain", a.pretrain_steps);
+  int64_t step = 0, epoch = 0, tokens = 0;
+  double ema = 0.0;
+  while (step < a.pretrain_steps) {
+    loader.set_epoch(epoch++);
+    for (auto& batch : loader) {
+      auto out = model->forward(batch);
+      out.loss.backward();
+      optim::clip_grad_norm_(model->parameters(), 1.0);
+      opt.step();
+      sched->step();
+      opt.zero_grad();
+      ++step;
+      tokens += batch.at("input_ids").numel();
+      const double loss = out.loss.item<double>();
+      ema = step == 1 ? loss : 0.98 * ema + 0.02 * loss;
+      char post[128];
+      std::snprintf(post, sizeof post, "loss %.3f | %.0f tok/s", ema, double(tokens) / bar.elapsed_seconds());
+      bar.update(step, post);
+      if (step % 50 == 0 || step == a.pretrain_steps)
+        log.write("pretrain", {{"step", double(step)}, {"loss", loss}, {"loss_ema", ema},
+                               {"lr", sched->get_last_lr()[0]}, {"tokens_per_s", double(tokens) / bar.elapsed_seconds()}});
+      if (step >= a.pretrain_steps) break;
+    }
+  }
+  bar.finish();
+  nn::save_pretrained(*model, cfg, a.out + "/pretrained", "BertForMaskedLM");
+  std::printf("pretrain: final loss (EMA) %.3f, saved to %s/pretrained\n", ema, a.out.c_str());
+}
+
+double evaluate(nn::BertForSequenceClassification& model, data::DataLoader& loader) {
+  NoGradGuard ng;
+  model.eval();
+  int64_t correct = 0, total = 0;
+  for (auto& batch : loader) {
+    auto out = model.forward(batch);
+    Tensor pred = argmax(out.logits, -1);
+    correct += sum(eq(pred, batch.at("labels"))).item<int64_t>();
+    total += batch.size();
+  }
+  model.train();
+  return total ? double(correct) / double(total) : 0.0;
+}
+
+double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log) {
+  auto train_texts = data::read_labeled_tsv(a.data_dir + "/sst2/train.tsv.gz");
+  auto dev_texts = data::read_labeled_tsv(a.data_dir + "/sst2/dev.tsv.gz");
+  auto train = std::make_shared<data::TextClassificationDataset>(tok, train_texts, a.max_len);
+  auto dev = std::make_shared<data::TextClassificationDataset>(tok, dev_texts, 128);
+  std::printf("finetune: %lld training phrases, %lld dev sentences\n", (long long)train->size(), (long long)dev->size());
+  data::PadCollate pad;
+  auto collate = [&](const auto& ex, const auto& ctx) { return pad(ex, ctx); };
+  data::DataLoader train_loader(train, {.batch_size = a.batch, .shuffle = true, .num_workers = a.num_workers,
+                                        .seed = a.seed, .collate = collate});
+  data::DataLoader dev_loader(dev, {.batch_size = a.eval_batch, .collate = collate});
+
+  std::shared_ptr<nn::BertForSequenceClassification> model;
+  if (std::filesystem::exists(a.out + "/pretrained/model.safetensors")) {
+    model = nn::from_pretrained<nn::BertForSequenceClassification>(a.out + "/pretrained");
+    std::printf("finetune: starting from %s/pretrained\n", a.out.c_str());
+  } else {
+    model = std::make_shared<nn::BertForSequenceClassification>(nn::BertConfig::mini(tok.vocab_size()));
+    std::printf("finetune: no pretrained checkpoint, starting from random weights\n");
+  }
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = a.lr, .weight_decay = 0.01});
+  const int64_t total_steps = a.epochs * train_loader.size();
+  auto sched = optim::get_scheduler("linear", opt, total_steps / 10, total_steps);
+
+  double best = 0.0;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+    train_loader.set_epoch(epoch);
+    ProgressBar bar("finetune epoch " + std::to_string(epoch + 1), train_loader.size());
+    double ema = 0.0;
+    int64_t local = 0, examples = 0;
+    for (auto& batch : train_loader) {
+      auto out = model->forward(batch);
+      out.loss.backward();
+      optim::clip_grad_norm_(model->parameters(), 1.0);
+      opt.step();
+      sched->step();
+      opt.zero_grad();
+      ++step;
+      ++local;
+      examples += batch.size();
+      const double loss = out.loss.item<double>();
+      ema = local == 1 ? loss : 0.98 * ema + 0.02 * loss;
+      char post[128];
+      std::snprintf(post, sizeof post, "loss %.3f | %.0f ex/s", ema, double(examples) / bar.elapsed_seconds());
+      bar.update(local, post);
+      if (step % 100 == 0) log.write("finetune", {{"step", double(step)}, {"loss", loss}, {"lr", sched->get_last_lr()[0]}});
+    }
+    bar.finish();
+    const double acc = evaluate(*model, dev_loader);
+    best = std::max(best, acc);
+    std::printf("epoch %lld: train loss (EMA) %.4f, SST-2 dev accuracy %.2f%%\n", (long long)(epoch + 1), ema, acc * 100);
+    std::fflush(stdout);
+    log.write("eval", {{"epoch", double(epoch + 1)}, {"dev_accuracy", acc}, {"train_loss_ema", ema}});
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.threads > 0) set_num_threads(a.threads);
+    manual_seed(a.seed);
+    std::filesystem::create_directories(a.out);
+    MetricsLog log(a.out + "/metrics.jsonl");
+    auto tok = data::WordPieceTokenizer::from_file(a.data_dir + "/vocab/bert-base-uncased-vocab.txt.gz");
+    const auto t0 = std::chrono::steady_clock::now();
+    if (a.stage == "all" || a.stage == "pretrain") pretrain(a, tok, log);
+    double acc = -1;
+    if (a.stage == "all" || a.stage == "finetune") acc = finetune(a, tok, log);
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
+    if (acc >= 0) std::printf("final: SST-2 dev accuracy %.2f%% (best epoch), wall time %.1f min\n", acc * 100, minutes);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

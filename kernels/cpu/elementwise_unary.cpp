@@ -1,0 +1,171 @@
+// CPU kernels of the one-operand elementwise ops and their fused backward
+// (grad_in = grad_out * f'(x)). Half types compute in float.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/native/elementwise.h"
+#include "core/strided_loop.h"
+#include "core/type_dispatch.h"
+
+namespace ember {
+namespace {
+
+using native::UnaryOp;
+using native::UnaryParams;
+
+template <typename A> constexpr A kSqrtHalf = A(0.70710678118654752440);       // 1/sqrt(2)
+template <typename A> constexpr A kInvSqrt2Pi = A(0.39894228040143267794);     // 1/sqrt(2*pi)
+template <typename A> constexpr A kSqrt2OverPi = A(0.79788456080286535588);    // sqrt(2/pi)
+template <typename A> constexpr A kGeluCubic = A(0.044715);
+
+template <typename A> A sigmoid_of(A x) { return A(1) / (A(1) + std::exp(-x)); }
+
+// tanh-form gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <typename A> A gelu_tanh_of(A x) {
+  return A(0.5) * x * (A(1) + std::tanh(kSqrt2OverPi<A> * (x + kGeluCubic<A> * x * x * x)));
+}
+template <typename A> A gelu_tanh_grad(A x) {
+  const A x2 = x * x;
+  const A t = std::tanh(kSqrt2OverPi<A> * x * (A(1) + kGeluCubic<A> * x2));
+  const A dinner = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCubic<A> * x2);
+  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * dinner;
+}
+
+// erf-form gelu: x Phi(x), Phi the standard normal CDF; derivative Phi(x) + x phi(x).
+template <typename A> A gelu_of(A x) { return A(0.5) * x * (A(1) + std::erf(x * kSqrtHalf<A>)); }
+template <typename A> A gelu_grad(A x) {
+  return A(0.5) * (A(1) + std::erf(x * kSqrtHalf<A>)) + x * kInvSqrt2Pi<A> * std::exp(A(-0.5) * x * x);
+}
+
+// Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
+template <typename T> T int_lower_bound(double lo) {
+  if (!(lo > double(std::numeric_limits<T>::lowest()))) return std::numeric_limits<T>::lowest();
+  if (lo >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return T(std::ceil(lo));
+}
+template <typename T> T int_upper_bound(double hi) {
+  if (!(hi < double(std::numeric_limits<T>::max()))) return std::numeric_limits<T>::max();
+  if (hi <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  return T(std::floor(hi));
+}
+
+template <typename T, typename F>
+void map(const Tensor& out, const Tensor& x, const F& f) {
+  StridedLoop loop(out.shape(), {out, x});
+  unary_loop<T, T>(loop, f);
+}
+
+template <typename T>
+void floating_unary(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
+  using A = acc_t<T>;
+  switch (op) {
+    case UnaryOp::Neg: return map<T>(out, x, [](A v) { return -v; });
+    case UnaryOp::Exp: return map<T>(out, x, [](A v) { return std::exp(v); });
+    case UnaryOp::Log: return map<T>(out, x, [](A v) { return std::log(v); });
+    case UnaryOp::Sqrt: return map<T>(out, x, [](A v) { return std::sqrt(v); });
+    case UnaryOp::Rsqrt: return map<T>(out, x, [](A v) { return A(1) / std::sqrt(v); });
+    case UnaryOp::Tanh: return map<T>(out, x, [](A v) { return std::tanh(v); });
+    case UnaryOp::Sigmoid: return map<T>(out, x, [](A v) { return sigmoid_of(v); });
+    case UnaryOp::Relu: return map<T>(out, x, [](A v) { return v < A(0) ? A(0) : v; });  // NaN stays NaN
+    case UnaryOp::Gelu: return map<T>(out, x, [](A v) { return gelu_of(v); });
+    case UnaryOp::GeluTanh: return map<T>(out, x, [](A v) { return gelu_tanh_of(v); });
+    case UnaryOp::Abs: return map<T>(out, x, [](A v) { return std::abs(v); });
+    case UnaryOp::PowScalar: {
+      const A e = A(p.a);
+      if (p.a == 2.0) return map<T>(out, x, [](A v) { return v * v; });
+      if (p.a == 1.0) return map<T>(out, x, [](A v) { return v; });
+      return map<T>(out, x, [e](A v) { return std::pow(v, e); });
+    }
+    case UnaryOp::Clamp: {
+      const A lo = A(p.a), hi = A(p.b);
+      // min(max(x, lo), hi): NaN input stays NaN, and lo > hi gives hi, as in PyTorch
+      return map<T>(out, x, [lo, hi](A v) {
+        const A t = v < lo ? lo : v;
+        return t > hi ? hi : t;
+      });
+    }
+  }
+}
+
+template <typename T>
+void integer_unary(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
+  switch (op) {
+    case UnaryOp::Neg: return map<T>(out, x, [](T v) { return T(-v); });
+    case UnaryOp::Abs: return map<T>(out, x, [](T v) { return T(v < 0 ? -v : v); });
+    case UnaryOp::Relu: return map<T>(out, x, [](T v) { return T(v < 0 ? 0 : v); });
+    case UnaryOp::Clamp: {
+      const T lo = int_lower_bound<T>(p.a), hi = int_upper_bound<T>(p.b);
+      return map<T>(out, x, [lo, hi](T v) {
+        const T t = v < lo ? lo : v;
+        return t > hi ? hi : t;
+      });
+    }
+    default: EMBER_FAIL(native::op_name(op), ": not supported for ", dtype_name(out.dtype()), " tensors");
+  }
+}
+
+void unary_cpu(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
+  visit_all(out.dtype(), native::op_name(op), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+      integer_unary<T>(op, out, x, p);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      EMBER_FAIL(native::op_name(op), ": not supported for bool tensors");
+    } else {
+      floating_unary<T>(op, out, x, p);
+    }
+  });
+}
+
+// grad_in = f(grad_out, saved) over same-shaped operands.
+template <typename T, typename F>
+void zip(const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved, const F& f) {
+  StridedLoop loop(grad_in.shape(), {grad_in, grad_out, saved});
+  binary_loop<T, T, T>(loop, f);
+}
+
+template <typename T>
+void floating_unary_backward(UnaryOp op, const Tensor& gi, const Tensor& go, const Tensor& s, UnaryParams p) {
+  using A = acc_t<T>;
+  switch (op) {
+    case UnaryOp::Neg: return zip<T>(gi, go, s, [](A g, A) { return -g; });
+    case UnaryOp::Exp: return zip<T>(gi, go, s, [](A g, A y) { return g * y; });
+    case UnaryOp::Log: return zip<T>(gi, go, s, [](A g, A x) { return g / x; });
+    case UnaryOp::Sqrt: return zip<T>(gi, go, s, [](A g, A y) { return g / (A(2) * y); });
+    case UnaryOp::Rsqrt: return zip<T>(gi, go, s, [](A g, A y) { return A(-0.5) * g * y * y * y; });
+    case UnaryOp::Tanh: return zip<T>(gi, go, s, [](A g, A y) { return g * (A(1) - y * y); });
+    case UnaryOp::Sigmoid: return zip<T>(gi, go, s, [](A g, A y) { return g * y * (A(1) - y); });
+    case UnaryOp::Relu: return zip<T>(gi, go, s, [](A g, A y) { return y > A(0) ? g : A(0); });
+    case UnaryOp::Gelu: return zip<T>(gi, go, s, [](A g, A x) { return g * gelu_grad(x); });
+    case UnaryOp::GeluTanh: return zip<T>(gi, go, s, [](A g, A x) { return g * gelu_tanh_grad(x); });
+    case UnaryOp::Abs:
+      return zip<T>(gi, go, s, [](A g, A x) { return x > A(0) ? g : (x < A(0) ? -g : A(0)); });
+    case UnaryOp::PowScalar: {
+      const A e = A(p.a), em1 = A(p.a - 1.0);
+      if (p.a == 0.0) return zip<T>(gi, go, s, [](A, A) { return A(0); });
+      if (p.a == 1.0) return zip<T>(gi, go, s, [](A g, A) { return g; });
+      if (p.a == 2.0) return zip<T>(gi, go, s, [](A g, A x) { return A(2) * g * x; });
+      return zip<T>(gi, go, s, [e, em1](A g, A x) { return g * e * std::pow(x, em1); });
+    }
+    case UnaryOp::Clamp: {
+      const A lo = A(p.a), hi = A(p.b);
+      return zip<T>(gi, go, s, [lo, hi](A g, A x) { return (x >= lo && x <= hi) ? g : A(0); });
+    }
+  }
+}
+
+void unary_backward_cpu(UnaryOp op, const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved,
+                        UnaryParams p) {
+  visit_floating(grad_in.dtype(), native::op_name(op), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    floating_unary_backward<T>(op, grad_in, grad_out, saved, p);
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::unary_stub, CPU, &unary_cpu);
+EMBER_REGISTER_KERNEL(native::unary_backward_stub, CPU, &unary_backward_cpu);
+
+}  // namespace ember

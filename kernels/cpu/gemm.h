@@ -1,0 +1,26 @@
+// The one CPU matrix-multiply entry point; every matmul, bmm and linear on the CPU ends here.
+//
+//   C = alpha * op(A) * op(B) + beta * C,   op(A) is m x k, op(B) is k x n, C is m x n row-major.
+//
+// As in CBLAS row-major calls: with trans_a false, A is stored m x k row-major with row stride
+// lda; with trans_a true, A is stored k x m row-major (so op(A) = A^T reads it as a column-major
+// m x k matrix) with row stride lda. Likewise for B. Transposed operands are read in place,
+// never copied. beta == 0 overwrites C without reading it (C may hold garbage).
+//
+// Runs on Eigen's GEMM, threaded with OpenMP up to ember::get_num_threads(); called from inside
+// a parallel_for body it runs on the calling thread alone.
+#pragma once
+#include <cstdint>
+
+namespace ember::cpu {
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+extern template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                                 const float*, int64_t, float, float*, int64_t);
+extern template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                  const double*, int64_t, double, double*, int64_t);
+
+}  // namespace ember::cpu

@@ -1,0 +1,165 @@
+// CPU layer norm over contiguous rows, forward and backward.
+//
+// Forward: one pass per row gathers the sum and the sum of squares (in double, shifted by
+// the row's first element so a large mean does not cancel the variance away), then one
+// pass writes y = (x - mean) * rstd * w + b in acc_t<T>.
+// Backward: rows are cut into fixed chunks; each chunk writes dx for its rows and its own
+// partial sums for dweight and dbias, which are then added in chunk order, so the results
+// do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/native/normalization.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+
+namespace ember {
+namespace {
+
+constexpr int64_t kRowsPerChunk = 32;
+
+template <typename T>
+void layer_norm_forward(T* y, acc_t<T>* mean_out, acc_t<T>* rstd_out, const T* x, const acc_t<T>* w,
+                        const acc_t<T>* b, int64_t rows, int64_t cols, double eps) {
+  using A = acc_t<T>;
+  const int64_t grain = std::max<int64_t>(1, 16384 / cols);
+  parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const T* xr = x + r * cols;
+      T* yr = y + r * cols;
+      const double shift = double(A(xr[0]));
+      constexpr int kLanes = 8;
+      double s[kLanes] = {}, ss[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= cols; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+          const double d = double(A(xr[i + k])) - shift;
+          s[k] += d;
+          ss[k] += d * d;
+        }
+      for (; i < cols; ++i) {
+        const double d = double(A(xr[i])) - shift;
+        s[0] += d;
+        ss[0] += d * d;
+      }
+      double sum = 0, sumsq = 0;
+      for (int k = 0; k < kLanes; ++k) sum += s[k], sumsq += ss[k];
+      const double mean_shifted = sum / double(cols);
+      const double var = std::max(0.0, sumsq / double(cols) - mean_shifted * mean_shifted);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      const A m = A(shift + mean_shifted), rs = A(rstd);
+      mean_out[r] = m;
+      rstd_out[r] = rs;
+      if (w && b) {
+        for (int64_t j = 0; j < cols; ++j) yr[j] = T((A(xr[j]) - m) * rs * w[j] + b[j]);
+      } else if (w) {
+        for (int64_t j = 0; j < cols; ++j) yr[j] = T((A(xr[j]) - m) * rs * w[j]);
+      } else if (b) {
+        for (int64_t j = 0; j < cols; ++j) yr[j] = T((A(xr[j]) - m) * rs + b[j]);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) yr[j] = T((A(xr[j]) - m) * rs);
+      }
+    }
+  });
+}
+
+void layer_norm_cpu(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                    const Tensor& bias, int64_t rows, int64_t cols, double eps) {
+  visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    layer_norm_forward<T>(y.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), x.data_ptr<T>(),
+                          weight.defined() ? weight.data_ptr<A>() : nullptr,
+                          bias.defined() ? bias.data_ptr<A>() : nullptr, rows, cols, eps);
+  });
+}
+
+template <typename T>
+void layer_norm_backward_rows(T* dx, double* dw_part, double* db_part, const T* g, const T* x,
+                              const acc_t<T>* mean, const acc_t<T>* rstd, const acc_t<T>* w, int64_t r0,
+                              int64_t r1, int64_t cols, std::vector<acc_t<T>>& xhat) {
+  using A = acc_t<T>;
+  const double inv_cols = 1.0 / double(cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = g + r * cols;
+    const T* xr = x + r * cols;
+    const A m = mean[r], rs = rstd[r];
+    A* xh = xhat.data();
+    for (int64_t j = 0; j < cols; ++j) xh[j] = (A(xr[j]) - m) * rs;
+    if (dw_part)
+      for (int64_t j = 0; j < cols; ++j) dw_part[j] += double(A(gr[j]) * xh[j]);
+    if (db_part)
+      for (int64_t j = 0; j < cols; ++j) db_part[j] += double(A(gr[j]));
+    if (!dx) continue;
+    constexpr int kLanes = 8;
+    double sg[kLanes] = {}, sgx[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= cols; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        const A gw = w ? A(gr[i + k]) * w[i + k] : A(gr[i + k]);
+        sg[k] += double(gw);
+        sgx[k] += double(gw * xh[i + k]);
+      }
+    for (; i < cols; ++i) {
+      const A gw = w ? A(gr[i]) * w[i] : A(gr[i]);
+      sg[0] += double(gw);
+      sgx[0] += double(gw * xh[i]);
+    }
+    double mean_gw = 0, mean_gwx = 0;
+    for (int k = 0; k < kLanes; ++k) mean_gw += sg[k], mean_gwx += sgx[k];
+    const A a = A(mean_gw * inv_cols), c = A(mean_gwx * inv_cols);
+    T* dr = dx + r * cols;
+    if (w) {
+      for (int64_t j = 0; j < cols; ++j) dr[j] = T(rs * (A(gr[j]) * w[j] - a - xh[j] * c));
+    } else {
+      for (int64_t j = 0; j < cols; ++j) dr[j] = T(rs * (A(gr[j]) - a - xh[j] * c));
+    }
+  }
+}
+
+void layer_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                             const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                             int64_t rows, int64_t cols) {
+  visit_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const int64_t nchunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+    const bool want_dw = dweight.defined(), want_db = dbias.defined();
+    // per-chunk partial sums, [nchunks, cols] each
+    std::vector<double> dw_part(want_dw ? size_t(nchunks * cols) : 0);
+    std::vector<double> db_part(want_db ? size_t(nchunks * cols) : 0);
+    T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
+    const A* wp = weight.defined() ? weight.data_ptr<A>() : nullptr;
+    parallel_for(0, nchunks, 1, [&](int64_t cb, int64_t ce) {
+      std::vector<A> xhat(static_cast<size_t>(cols));
+      for (int64_t c = cb; c < ce; ++c) {
+        layer_norm_backward_rows<T>(dxp, want_dw ? dw_part.data() + c * cols : nullptr,
+                                    want_db ? db_part.data() + c * cols : nullptr, grad.data_ptr<T>(),
+                                    x.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), wp,
+                                    c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), cols, xhat);
+      }
+    });
+    // add the partials column by column, chunks in order
+    auto finish = [&](const std::vector<double>& part, const Tensor& out) {
+      A* o = out.data_ptr<A>();
+      parallel_for(0, cols, 256, [&](int64_t jb, int64_t je) {
+        std::vector<double> acc(part.begin() + jb, part.begin() + je);
+        for (int64_t c = 1; c < nchunks; ++c) {
+          const double* p = part.data() + c * cols;
+          for (int64_t j = jb; j < je; ++j) acc[size_t(j - jb)] += p[j];
+        }
+        for (int64_t j = jb; j < je; ++j) o[j] = A(acc[size_t(j - jb)]);
+      });
+    };
+    if (want_dw) finish(dw_part, dweight);
+    if (want_db) finish(db_part, dbias);
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::layer_norm_stub, CPU, &layer_norm_cpu);
+EMBER_REGISTER_KERNEL(native::layer_norm_backward_stub, CPU, &layer_norm_backward_cpu);
+
+}  // namespace ember

@@ -1,0 +1,134 @@
+// CPU matmul: maps a batched product onto as few GEMM calls as the operands' layouts allow.
+//
+// - Right operand shared by every batch entry and left operand's batch dims stacking its rows
+//   (any contiguous [B, S, H] input, as in linear layers): one GEMM with B*S rows.
+// - Otherwise one GEMM per batch entry: many small ones run side by side across threads (each
+//   GEMM single-threaded), few large ones run one after another, each using every thread.
+// f16/bf16 operands are widened to f32, multiplied, and rounded once on the way out.
+#include <algorithm>
+#include <vector>
+
+#include "core/native/copy.h"
+#include "core/native/linalg.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "kernels/cpu/gemm.h"
+
+namespace ember {
+namespace {
+
+using native::BlasMatrix;
+
+BlasMatrix matrix_of(const Tensor& x) {
+  const int64_t nd = x.dim();
+  auto layout = native::blas_matrix(x.shape()[nd - 2], x.shape()[nd - 1], x.strides()[nd - 2], x.strides()[nd - 1]);
+  EMBER_CHECK(layout.has_value(), "matmul: operand of shape ", x.shape(), " and strides ", x.strides(),
+              " reached the CPU kernel without a BLAS layout");
+  return *layout;
+}
+
+// True when every batch entry of x is the same matrix (batch dims broadcast or of size 1).
+bool shared_across_batch(const Tensor& x) {
+  for (int64_t d = 0; d + 2 < x.dim(); ++d)
+    if (x.shape()[d] != 1 && x.strides()[d] != 0) return false;
+  return true;
+}
+
+// Element offset of each batch entry of x (batch dims = all but the last two).
+std::vector<int64_t> batch_offsets(const Tensor& x, int64_t count) {
+  const int64_t nb = x.dim() - 2;
+  std::vector<int64_t> offs(size_t(count), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rem = i, off = 0;
+    for (int64_t d = nb - 1; d >= 0; --d) {
+      off += (rem % x.shape()[d]) * x.strides()[d];
+      rem /= x.shape()[d];
+    }
+    offs[size_t(i)] = off;
+  }
+  return offs;
+}
+
+// C rows = bias (so the GEMM accumulates onto it), or nothing to seed.
+template <typename T>
+void seed_rows(T* c, int64_t rows, int64_t cols, const T* bias) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + cols, c + r * cols);
+}
+
+template <typename T>
+void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const int64_t nd = out.dim();
+  const int64_t n = out.shape()[nd - 2], m = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int64_t batches = out.numel() / (n * m);
+  T* c = out.data_ptr<T>();
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  const T beta = pbias ? T(1) : T(0);
+  const BlasMatrix lb = matrix_of(b);
+
+  if (shared_across_batch(b)) {
+    if (auto la = native::folded_rows_matrix(a)) {
+      const int64_t rows = batches * n;
+      if (pbias) {
+        parallel_for(0, rows, std::max<int64_t>(1, 16384 / m),
+                     [&](int64_t r0, int64_t r1) { seed_rows(c + r0 * m, r1 - r0, m, pbias); });
+      }
+      cpu::gemm<T>(la->col_major, false, rows, m, k, T(1), pa, la->ld, pb, lb.ld, beta, c, m);
+      return;
+    }
+  }
+
+  const BlasMatrix la = matrix_of(a);
+  const std::vector<int64_t> a_off = batch_offsets(a, batches), b_off = batch_offsets(b, batches);
+  auto one = [&](int64_t i) {
+    T* ci = c + i * n * m;
+    if (pbias) seed_rows(ci, n, m, pbias);
+    cpu::gemm<T>(la.col_major, lb.col_major, n, m, k, T(1), pa + a_off[size_t(i)], la.ld, pb + b_off[size_t(i)],
+                 lb.ld, beta, ci, m);
+  };
+  // Splitting batches across threads needs no synchronisation inside a GEMM, so prefer it
+  // unless the batches are few and large enough that an even split matters more.
+  const int64_t threads = get_num_threads();
+  const double work = double(n) * double(m) * double(k);
+  const bool batches_divide_evenly = batches % threads == 0 || batches >= 4 * threads;
+  if (threads > 1 && batches >= threads && (batches_divide_evenly || work < double(1 << 18))) {
+    parallel_for(0, batches, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < batches; ++i) one(i);
+  }
+}
+
+// A float32 copy of x with the same logical shape; broadcast (stride-0) dims stay broadcast,
+// so widening a half-precision operand never materialises its repeats.
+Tensor widen_to_f32(const Tensor& x) {
+  Shape base = x.shape();
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.strides()[d] == 0) base[d] = 1;
+  const Tensor compact = make_view(x, base, x.strides(), x.storage_offset());
+  const Tensor wide = native::to_dtype(compact, DType::f32);
+  return make_view(wide, x.shape(), broadcast_strides(base, wide.strides(), x.shape()), 0);
+}
+
+void matmul_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  if (out.numel() == 0) return;
+  if (out.dtype() == DType::f16 || out.dtype() == DType::bf16) {
+    Tensor out32 = make_tensor(out.shape(), DType::f32, out.device());
+    const Tensor bias32 = bias.defined() ? native::to_dtype(bias, DType::f32) : Tensor();
+    matmul_typed<float>(out32, widen_to_f32(a), widen_to_f32(b), bias32);
+    native::copy_(out, out32);
+    return;
+  }
+  visit_floating(out.dtype(), "matmul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) matmul_typed<T>(out, a, b, bias);
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::matmul_stub, CPU, &matmul_cpu);
+
+}  // namespace ember

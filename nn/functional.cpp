@@ -1,0 +1,52 @@
+#include "nn/functional.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/factory.h"
+
+namespace ember::nn::functional {
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                    double dropout_p, bool training, bool causal) {
+  EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, "scaled_dot_product_attention: q, k, v need at "
+              "least 2 dims, got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  EMBER_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "scaled_dot_product_attention: "
+              "incompatible q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
+  if (mask.defined()) scores = scores + mask.to(scores.dtype());
+  if (causal) {
+    const int64_t lq = q.size(-2), lk = k.size(-2);
+    Tensor i = arange(lq).view({lq, 1});
+    Tensor j = arange(lk).view({1, lk});
+    scores = masked_fill(scores, gt(j, i), -std::numeric_limits<double>::infinity());
+  }
+  Tensor probs = softmax(scores, -1);
+  if (dropout_p > 0.0 && training) probs = dropout(probs, dropout_p, true);
+  return matmul(probs, v);
+}
+
+Tensor padding_mask_to_additive(const Tensor& key_padding_mask, DType dtype) {
+  EMBER_CHECK(key_padding_mask.dim() == 2, "padding_mask_to_additive: expected [batch, length], got ",
+              key_padding_mask.shape());
+  const int64_t b = key_padding_mask.size(0), l = key_padding_mask.size(1);
+  Tensor pad = ne(key_padding_mask.to(DType::f32), 0.0);
+  // A large finite value rather than -inf keeps fully padded rows finite (uniform weights).
+  const double neg = dtype == DType::f16 ? -65504.0 : -1e9;
+  return masked_fill(zeros({b, l}, {dtype}), pad, neg).view({b, 1, 1, l});
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  EMBER_CHECK(input.shape() == target.shape(), "mse_loss: input shape ", input.shape(),
+              " and target shape ", target.shape(), " differ");
+  Tensor d = input - target;
+  Tensor sq = d * d;
+  switch (reduction) {
+    case Reduction::None: return sq;
+    case Reduction::Sum: return sum(sq);
+    default: return mean(sq);
+  }
+}
+
+}  // namespace ember::nn::functional

@@ -1,0 +1,68 @@
+// Basic layers: Linear, Embedding, LayerNorm, Dropout and activations.
+#pragma once
+#include <optional>
+
+#include "core/grad_mode.h"
+#include "nn/module.h"
+
+namespace ember::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  DType dtype = DType::f32;
+};
+
+// y = x W^T + b; weight [out_features, in_features]. PyTorch's default initialisation.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, LinearOptions opt = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t in_features, out_features;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& indices) override;
+  Tensor weight;
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Shape normalized_shape;
+  double eps;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  double p;
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(bool tanh_approx = false) : Module("GELU"), tanh_approx(tanh_approx) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, tanh_approx); }
+  bool tanh_approx;
+};
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+};
+
+}  // namespace ember::nn

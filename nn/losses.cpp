@@ -1,0 +1,11 @@
+#include "nn/losses.h"
+
+#include "nn/functional.h"
+
+namespace ember::nn {
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  return functional::mse_loss(input, target, reduction);
+}
+
+}  // namespace ember::nn

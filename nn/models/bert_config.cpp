@@ -1,0 +1,130 @@
+#include "nn/models/bert_config.h"
+
+#include "nn/io/json_config.h"
+
+namespace ember::nn {
+
+BertConfig BertConfig::mini(int64_t vocab) {
+  BertConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = 256;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 1024;
+  return c;
+}
+
+BertConfig BertConfig::tiny(int64_t vocab) {
+  BertConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 512;
+  return c;
+}
+
+void BertConfig::validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    EMBER_CHECK(v > 0, "BertConfig: ", name, " must be positive, got ", v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  positive("num_labels", num_labels);
+  EMBER_CHECK(hidden_size % num_attention_heads == 0, "BertConfig: hidden_size ", hidden_size,
+              " is not a multiple of num_attention_heads ", num_attention_heads);
+  EMBER_CHECK(hidden_act == "gelu" || hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" ||
+                  hidden_act == "relu",
+              "BertConfig: unsupported hidden_act '", hidden_act, "' (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+  auto prob = [](const char* name, double p) {
+    EMBER_CHECK(p >= 0.0 && p <= 1.0, "BertConfig: ", name, " must be in [0, 1], got ", p);
+  };
+  prob("hidden_dropout_prob", hidden_dropout_prob);
+  prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
+  EMBER_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, "BertConfig: pad_token_id ", pad_token_id,
+              " out of range for vocab_size ", vocab_size);
+}
+
+namespace {
+BertConfig from_config(const JsonConfig& j) {
+  BertConfig c;
+  if (j.contains("model_type")) {
+    const auto mt = j.get<std::string>("model_type");
+    EMBER_CHECK(mt == "bert", j.source(), ": model_type is '", mt, "', expected 'bert'");
+  }
+  c.vocab_size = j.get<int64_t>("vocab_size");
+  c.hidden_size = j.get<int64_t>("hidden_size");
+  c.num_hidden_layers = j.get<int64_t>("num_hidden_layers");
+  c.num_attention_heads = j.get<int64_t>("num_attention_heads");
+  c.intermediate_size = j.get<int64_t>("intermediate_size");
+  c.hidden_act = j.get<std::string>("hidden_act", c.hidden_act);
+  c.hidden_dropout_prob = j.get<double>("hidden_dropout_prob", c.hidden_dropout_prob);
+  c.attention_probs_dropout_prob = j.get<double>("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  c.max_position_embeddings = j.get<int64_t>("max_position_embeddings", c.max_position_embeddings);
+  c.type_vocab_size = j.get<int64_t>("type_vocab_size", c.type_vocab_size);
+  c.initializer_range = j.get<double>("initializer_range", c.initializer_range);
+  c.layer_norm_eps = j.get<double>("layer_norm_eps", c.layer_norm_eps);
+  c.pad_token_id = j.get<int64_t>("pad_token_id", c.pad_token_id);
+  c.classifier_dropout = j.get_optional<double>("classifier_dropout");
+  if (j.contains("id2label")) {
+    c.num_labels = int64_t(j.get<std::map<std::string, std::string>>("id2label").size());
+  } else {
+    c.num_labels = j.get<int64_t>("num_labels", c.num_labels);
+  }
+  c.architectures = j.get<std::vector<std::string>>("architectures", {});
+  const std::string pet = j.get<std::string>("position_embedding_type", "absolute");
+  EMBER_CHECK(pet == "absolute", j.source(), ": position_embedding_type '", pet, "' is not supported (absolute only)");
+  c.validate();
+  return c;
+}
+}  // namespace
+
+BertConfig BertConfig::from_json_file(const std::string& path) { return from_config(JsonConfig::load(path)); }
+
+BertConfig BertConfig::from_json_string(const std::string& text, const std::string& source) {
+  return from_config(JsonConfig::parse(text, source));
+}
+
+std::string BertConfig::to_json_string() const {
+  JsonConfig j;
+  j.set("model_type", std::string("bert"));
+  j.set("vocab_size", vocab_size);
+  j.set("hidden_size", hidden_size);
+  j.set("num_hidden_layers", num_hidden_layers);
+  j.set("num_attention_heads", num_attention_heads);
+  j.set("intermediate_size", intermediate_size);
+  j.set("hidden_act", hidden_act);
+  j.set("hidden_dropout_prob", hidden_dropout_prob);
+  j.set("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  j.set("max_position_embeddings", max_position_embeddings);
+  j.set("type_vocab_size", type_vocab_size);
+  j.set("initializer_range", initializer_range);
+  j.set("layer_norm_eps", layer_norm_eps);
+  j.set("pad_token_id", pad_token_id);
+  j.set("position_embedding_type", std::string("absolute"));
+  if (classifier_dropout) {
+    j.set("classifier_dropout", *classifier_dropout);
+  } else {
+    j.set_null("classifier_dropout");
+  }
+  std::map<std::string, std::string> id2label;
+  std::map<std::string, int64_t> label2id;
+  for (int64_t i = 0; i < num_labels; ++i) {
+    id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+    label2id["LABEL_" + std::to_string(i)] = i;
+  }
+  j.set("id2label", id2label);
+  j.set("label2id", label2id);
+  if (!architectures.empty()) j.set("architectures", architectures);
+  return j.dump();
+}
+
+void BertConfig::save(const std::string& path) const { JsonConfig::parse(to_json_string(), path).save(path); }
+
+}  // namespace ember::nn

@@ -1,0 +1,54 @@
+#include "optim/clip_grad.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/grad_mode.h"
+#include "core/ops.h"
+
+namespace ember::optim {
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  NoGradGuard ng;
+  const bool inf_norm = std::isinf(norm_type);
+  EMBER_CHECK(inf_norm || norm_type > 0, "clip_grad_norm_: norm_type must be positive, got ", norm_type);
+  double total = 0.0;
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    Tensor a = abs(g.to(DType::f32));
+    if (inf_norm) {
+      total = std::max(total, amax(a).item<double>());
+    } else if (norm_type == 2.0) {
+      total += sum(a * a).item<double>();
+    } else {
+      total += sum(pow(a, norm_type)).item<double>();
+    }
+  }
+  if (!inf_norm) total = std::pow(total, 1.0 / norm_type);
+  if (!std::isfinite(total)) {
+    EMBER_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total,
+                "; set error_if_nonfinite=false to skip this check");
+    return total;
+  }
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (const auto& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  }
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  NoGradGuard ng;
+  EMBER_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be non-negative, got ", clip_value);
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) g.copy_(clamp(g, -clip_value, clip_value));
+  }
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,58 @@
+// Optimizer base: parameter groups with per-group options, per-parameter state, state_dict.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::map<std::string, double> options;  // overrides of the optimizer defaults ("lr", "weight_decay", ...)
+  double& lr() { return options.at("lr"); }
+  double get(const std::string& key) const;
+};
+
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;  // e.g. exp_avg, exp_avg_sq, momentum_buffer
+};
+
+// Flat, serialisable form: tensors "state.<param index>.<buffer>" and scalars
+// "state.<param index>.step", "group.<g>.<option>", "group.<g>.num_params".
+struct OptimizerStateDict {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::string name, std::vector<ParamGroup> groups, std::map<std::string, double> defaults);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual void step() = 0;
+  void zero_grad(bool set_to_none = true);
+  void add_param_group(ParamGroup group);
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  ParamState& state(const Tensor& param);
+  const std::string& name() const { return name_; }
+
+  OptimizerStateDict state_dict() const;
+  // Restores state saved from an optimizer over the same parameters in the same order.
+  void load_state_dict(const OptimizerStateDict& sd);
+
+ protected:
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, double> defaults_;
+  std::map<const TensorImpl*, ParamState> state_;
+};
+
+std::vector<ParamGroup> single_group(const std::vector<Tensor>& params);
+
+}  // namespace ember::optim

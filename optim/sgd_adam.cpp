@@ -1,0 +1,92 @@
+#include "optim/sgd_adam.h"
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "core/grad_mode.h"
+#include "core/native/copy.h"
+#include "core/native/fused_optim.h"
+
+namespace ember::optim {
+namespace {
+Tensor dense_grad(const Tensor& p) {
+  Tensor g = p.grad();
+  return g.is_contiguous() ? g : native::contiguous(g);
+}
+}  // namespace
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o)
+    : Optimizer("SGD", std::move(groups),
+                {{"lr", o.lr}, {"momentum", o.momentum}, {"dampening", o.dampening},
+                 {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov ? 1.0 : 0.0}}) {
+  EMBER_CHECK(o.lr >= 0, "SGD: invalid learning rate ", o.lr);
+  EMBER_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum);
+  EMBER_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+              "SGD: Nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  for (auto& g : groups_) {
+    const double mom = g.get("momentum");
+    for (auto& p : g.params) {
+      if (!p.grad().defined()) continue;
+      ParamState& st = state(p);
+      native::SgdStepArgs args{g.get("lr"), mom, g.get("dampening"), g.get("weight_decay"),
+                               g.get("nesterov") != 0.0, st.step == 0};
+      Tensor buf;
+      if (mom != 0.0) {
+        auto& b = st.buffers["momentum_buffer"];
+        if (!b.defined()) b = zeros(p.shape(), {p.dtype(), p.device()});
+        buf = b;
+      }
+      native::sgd_step(p, dense_grad(p), buf, args);
+      ++st.step;
+    }
+  }
+}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
+    : Optimizer(decoupled ? "AdamW" : "Adam", std::move(groups),
+                {{"lr", o.lr}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
+                 {"weight_decay", o.weight_decay}}),
+      decoupled_(decoupled) {
+  EMBER_CHECK(o.lr >= 0, name_, ": invalid learning rate ", o.lr);
+  EMBER_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, name_, ": invalid betas (", o.beta1,
+              ", ", o.beta2, ")");
+  EMBER_CHECK(o.eps >= 0, name_, ": invalid eps ", o.eps);
+}
+
+void Adam::step() {
+  NoGradGuard ng;
+  for (auto& g : groups_) {
+    const double b1 = g.get("beta1"), b2 = g.get("beta2");
+    for (auto& p : g.params) {
+      if (!p.grad().defined()) continue;
+      ParamState& st = state(p);
+      auto& m = st.buffers["exp_avg"];
+      auto& v = st.buffers["exp_avg_sq"];
+      if (!m.defined()) {
+        m = zeros(p.shape(), {p.dtype(), p.device()});
+        v = zeros(p.shape(), {p.dtype(), p.device()});
+      }
+      ++st.step;
+      native::AdamStepArgs args{g.get("lr"),
+                                b1,
+                                b2,
+                                g.get("eps"),
+                                g.get("weight_decay"),
+                                decoupled_,
+                                1.0 - std::pow(b1, double(st.step)),
+                                1.0 - std::pow(b2, double(st.step)),
+                                grad_scale_};
+      native::adam_step(p, dense_grad(p), m, v, args);
+    }
+  }
+  grad_scale_ = 1.0;
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
+    : Adam(std::move(groups), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true) {}
+
+}  // namespace ember::optim

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/:
+#   bash scripts/sanitize.sh            # every test
+#   bash scripts/sanitize.sh matmul     # only tests whose name matches (a ctest -R regex)
+# Any leak, memory error or undefined behaviour fails the test that triggered it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+bash scripts/install_deps.sh
+
+export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build-asan/.ccache}"
+# Also in effect while building: test discovery runs the instrumented test binaries.
+export ASAN_OPTIONS=detect_leaks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DEMBER_SANITIZE=address,undefined -DEMBER_CUDA=OFF \
+  -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=OFF
+cmake --build build-asan -j"$(nproc)"
+
+filter=()
+if (($# > 0)); then
+  filter=(-R "$1")
+fi
+ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 --no-tests=error "${filter[@]}"

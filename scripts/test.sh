@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test suite: installs dependencies, configures build/ (Release; tests, benchmarks and
+# examples all on, so everything keeps compiling), builds everything and runs every test with
+# CTest. Exits non-zero when anything fails to build, when a test fails, or when no tests exist.
+# Extra arguments go to ctest, e.g. `bash scripts/test.sh -R elementwise`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+bash scripts/install_deps.sh
+
+# CUDA is optional; let CMake find nvcc in its usual place.
+if ! command -v nvcc >/dev/null && [[ -d /usr/local/cuda/bin ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+# The compiler cache lives inside the build folder, so any clone keeps its own warm cache.
+export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build/.ccache}"
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_EXAMPLES=ON
+cmake --build build -j"$(nproc)"
+
+ctest --test-dir build --output-on-failure -j2 --timeout 300 --no-tests=error "$@"
