@@ -1,11 +1,16 @@
 // Ember's f32 matmul against Eigen's GEMM called directly, in one binary, at 1 and 2 threads.
 // Shapes are M x K x N: [M, K] @ [K, N]. "GFLOP/s" counts 2*M*K*N floating-point operations per
-// product. Times are wall-clock (the GEMM threads with OpenMP).
+// product. Times are wall-clock.
 //
-//   BM_EmberMatmul            ember::matmul(a [M,K], b [K,N]), output allocated per call
-//   BM_EmberMatmulTransposedB ember::matmul(a, w.t()) with w [N,K]: the linear-layer layout
-//   BM_EigenGemm              C.noalias() = A * B on preallocated row-major Eigen matrices
-//   BM_EigenGemmTransposedB   C.noalias() = A * W.transpose()
+//   ember_matmul            ember::matmul(a [M,K], b [K,N]); output allocated per call
+//   eigen_gemm              C.noalias() = A * B on preallocated row-major Eigen matrices
+//   ember_matmul_bT         ember::matmul(a, w.t()) with w [N,K]: the linear-layer layout, w
+//                           read in place as a column-major matrix
+//   eigen_gemm_bT           C.noalias() = A * W.transpose()
+//
+// Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
+// eigen_* use Eigen's own OpenMP threading (Eigen::setNbThreads), the usual way to run it.
+// Benchmarks are registered shape by shape, Ember next to Eigen, so both see the same machine.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -23,13 +28,11 @@ struct Problem {
   int threads;
 };
 
-Problem setup(benchmark::State& state) {
-  const Problem p{state.range(0), state.range(1), state.range(2), int(state.range(3))};
+void prepare(benchmark::State& state, const Problem& p) {
   ember::set_num_threads(p.threads);
   Eigen::setNbThreads(p.threads);
   state.SetLabel("MxKxN=" + std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n) +
                  " threads=" + std::to_string(p.threads));
-  return p;
 }
 
 void count_flops(benchmark::State& state, const Problem& p) {
@@ -42,8 +45,8 @@ RowMatrix eigen_copy(const ember::Tensor& t) {
   return Eigen::Map<const RowMatrix>(c.data_ptr<float>(), c.size(0), c.size(1));
 }
 
-void BM_EmberMatmul(benchmark::State& state) {
-  const Problem p = setup(state);
+void ember_matmul(benchmark::State& state, Problem p) {
+  prepare(state, p);
   const ember::Tensor a = ember::randn({p.m, p.k}), b = ember::randn({p.k, p.n});
   for (auto _ : state) {
     ember::Tensor c = ember::matmul(a, b);
@@ -52,8 +55,8 @@ void BM_EmberMatmul(benchmark::State& state) {
   count_flops(state, p);
 }
 
-void BM_EmberMatmulTransposedB(benchmark::State& state) {
-  const Problem p = setup(state);
+void ember_matmul_bT(benchmark::State& state, Problem p) {
+  prepare(state, p);
   const ember::Tensor a = ember::randn({p.m, p.k}), w = ember::randn({p.n, p.k});
   for (auto _ : state) {
     ember::Tensor c = ember::matmul(a, w.t());
@@ -62,8 +65,8 @@ void BM_EmberMatmulTransposedB(benchmark::State& state) {
   count_flops(state, p);
 }
 
-void BM_EigenGemm(benchmark::State& state) {
-  const Problem p = setup(state);
+void eigen_gemm(benchmark::State& state, Problem p) {
+  prepare(state, p);
   const RowMatrix a = eigen_copy(ember::randn({p.m, p.k})), b = eigen_copy(ember::randn({p.k, p.n}));
   RowMatrix c(p.m, p.n);
   for (auto _ : state) {
@@ -74,8 +77,8 @@ void BM_EigenGemm(benchmark::State& state) {
   count_flops(state, p);
 }
 
-void BM_EigenGemmTransposedB(benchmark::State& state) {
-  const Problem p = setup(state);
+void eigen_gemm_bT(benchmark::State& state, Problem p) {
+  prepare(state, p);
   const RowMatrix a = eigen_copy(ember::randn({p.m, p.k})), w = eigen_copy(ember::randn({p.n, p.k}));
   RowMatrix c(p.m, p.n);
   for (auto _ : state) {
@@ -86,19 +89,28 @@ void BM_EigenGemmTransposedB(benchmark::State& state) {
   count_flops(state, p);
 }
 
-void shapes(benchmark::internal::Benchmark* b) {
+void register_all() {
+  const std::array<std::array<int64_t, 3>, 4> shapes = {
+      {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 256, 768}}};
   for (int threads : {1, 2})
-    for (auto [m, k, n] : {std::array<int64_t, 3>{512, 512, 512}, std::array<int64_t, 3>{1024, 1024, 1024},
-                           std::array<int64_t, 3>{2048, 2048, 2048}, std::array<int64_t, 3>{2048, 256, 768}})
-      b->Args({m, k, n, threads});
-  b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+    for (const auto& [m, k, n] : shapes) {
+      const Problem p{m, k, n, threads};
+      const std::string suffix = "/" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                                 "/" + std::to_string(threads) + (threads == 1 ? "thread" : "threads");
+      for (auto [name, fn] : {std::pair{"ember_matmul", &ember_matmul}, std::pair{"eigen_gemm", &eigen_gemm},
+                              std::pair{"ember_matmul_bT", &ember_matmul_bT},
+                              std::pair{"eigen_gemm_bT", &eigen_gemm_bT}})
+        benchmark::RegisterBenchmark((name + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
 }
 
 }  // namespace
 
-BENCHMARK(BM_EmberMatmul)->Apply(shapes);
-BENCHMARK(BM_EigenGemm)->Apply(shapes);
-BENCHMARK(BM_EmberMatmulTransposedB)->Apply(shapes);
-BENCHMARK(BM_EigenGemmTransposedB)->Apply(shapes);
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -49,7 +49,7 @@ Tensor arange(int64_t end, TensorOptions opt) { return arange(0.0, double(end), 
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, Shape shape, TensorOptions opt) {
-  if (shape.empty() && values.size() != 1) shape = {int64_t(values.size())};
+  if (shape.empty()) shape = {int64_t(values.size())};  // like torch.tensor([...]); 0-d: scalar_tensor
   EMBER_CHECK(numel_of(shape) == int64_t(values.size()), "from_vector: ", values.size(),
               " values do not fill shape ", shape);
   Tensor raw = make_tensor(shape, dtype_of<T>::value, Device::cpu());

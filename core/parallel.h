@@ -1,12 +1,15 @@
-// Intra-op threading. One pool (OpenMP) serves Ember's kernels and the GEMM library, so the
-// two never fight over the cores. Nested calls run serially on the calling thread.
+// Intra-op threading on Ember's own pool. Workers spin briefly between jobs (back-to-back ops
+// start fast) and then sleep, so they never burn a core that another process or a data-loader
+// thread needs: a busy-waiting runtime is many times slower when cores are oversubscribed.
+// One parallel region runs at a time; a nested call, or a call from a second thread while the
+// pool is busy, runs serially on the calling thread.
 #pragma once
 #include <cstdint>
 #include <functional>
 
 namespace ember {
 
-void set_num_threads(int n);  // also sets the GEMM library's thread count
+void set_num_threads(int n);
 int get_num_threads();
 bool in_parallel_region();
 
@@ -17,6 +20,7 @@ void parallel_for_impl(int64_t begin, int64_t end, int64_t grain,
 
 // Splits [begin, end) into at most get_num_threads() contiguous chunks of at least `grain`
 // items and calls fn(chunk_begin, chunk_end) on each, in parallel. Small ranges run inline.
+// The first exception thrown by any chunk is rethrown on the calling thread.
 template <typename F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& fn) {
   if (end <= begin) return;

@@ -293,6 +293,7 @@ const std::string& WordPieceTokenizer::id_to_token(int64_t id) const {
 
 std::string WordPieceTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens,
                                        bool clean_up_tokenization_spaces) const {
+  for (int64_t id : ids) check_id(id, "decode");
   const std::vector<std::string> tokens = convert_ids_to_tokens(ids, skip_special_tokens);
   std::string text;
   for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];

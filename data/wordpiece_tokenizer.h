@@ -13,6 +13,16 @@
 //     marks (accents), split off every punctuation character.
 //  6. WordPiece: greedy longest match first, "##" on continuation pieces; a word longer than
 //     100 code points, or one with a piece not in the vocabulary, becomes [UNK].
+// Hugging Face's NFC step is left out: NFD follows it, and NFD(lower(NFC(x))) == NFD(lower(x))
+// for every input the golden test tries (all code points, alone and between letters).
+//
+// Versions: transformers 4.x lowercased the text one character at a time, so it writes a
+// capital sigma at the end of a word as "σ"; 5.x (and Python's str.lower) write "ς". We follow
+// 5.x. It also differs from 4.x, which leaves a text untruncated when max_length leaves no
+// room for it, where 5.x (and we) keep just [CLS] [SEP].
+// Where Hugging Face returns something odd we raise ember::Error instead: an id outside the
+// vocabulary (HF: "[UNK]"), and a max_length below the number of special tokens (HF: a result
+// longer than max_length).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -99,29 +99,46 @@ double accuracy(const Mlp& model, const Dataset& data) {
   std::exit(2);
 }
 
+// Whole-string numbers only: "--steps 10x" is an error, not 10.
+int64_t parse_int(const char* prog, const std::string& flag, const char* value) {
+  char* end = nullptr;
+  const long long v = std::strtoll(value, &end, 10);
+  if (end == value || *end != '\0') usage(prog, "bad value '" + std::string(value) + "' for " + flag);
+  return v;
+}
+
+double parse_double(const char* prog, const std::string& flag, const char* value) {
+  char* end = nullptr;
+  const double v = std::strtod(value, &end);
+  if (end == value || *end != '\0') usage(prog, "bad value '" + std::string(value) + "' for " + flag);
+  return v;
+}
+
 Options parse_options(int argc, char** argv) {
   Options opt;
+  const char* prog = argv[0];
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage(argv[0], "trains an MLP on three spirals");
-    if (i + 1 >= argc) usage(argv[0], "missing value after " + flag);
+    if (flag == "--help" || flag == "-h") usage(prog, "trains an MLP on three spirals");
+    if (i + 1 >= argc) usage(prog, "missing value after " + flag);
     const char* value = argv[++i];
-    char* end = nullptr;
     if (flag == "--steps") {
-      opt.steps = std::strtoll(value, &end, 10);
-      if (opt.steps < 1) usage(argv[0], "--steps must be at least 1");
+      opt.steps = parse_int(prog, flag, value);
+      if (opt.steps < 1) usage(prog, "--steps must be at least 1");
     } else if (flag == "--lr") {
-      opt.lr = std::strtod(value, &end);
-      if (!(opt.lr > 0.0)) usage(argv[0], "--lr must be positive");
+      opt.lr = parse_double(prog, flag, value);
+      if (!(opt.lr > 0.0)) usage(prog, "--lr must be positive");
     } else if (flag == "--seed") {
-      opt.seed = std::strtoull(value, &end, 10);
+      const int64_t seed = parse_int(prog, flag, value);
+      if (seed < 0) usage(prog, "--seed must not be negative");
+      opt.seed = uint64_t(seed);
     } else if (flag == "--threads") {
-      opt.threads = int(std::strtol(value, &end, 10));
-      if (opt.threads < 1) usage(argv[0], "--threads must be at least 1");
+      const int64_t threads = parse_int(prog, flag, value);
+      if (threads < 1 || threads > 4096) usage(prog, "--threads must be between 1 and 4096");
+      opt.threads = int(threads);
     } else {
-      usage(argv[0], "unknown option " + flag);
+      usage(prog, "unknown option " + flag);
     }
-    if (end == value || *end != '\0') usage(argv[0], "bad value '" + std::string(value) + "' for " + flag);
   }
   return opt;
 }
@@ -136,7 +153,7 @@ int run(const Options& opt) {
   std::vector<Tensor> velocity;
   for (const Tensor& p : params) velocity.push_back(ember::zeros(p.shape()));
 
-  std::printf("mlp_spirals: %lld points, %lld classes, %lld steps, lr %g, momentum %g, %d threads\n",
+  std::printf("mlp_spirals: %lld points, %lld classes, %lld steps, lr %g, momentum %g, threads %d\n",
               (long long)train.labels.numel(), (long long)kClasses, (long long)opt.steps, opt.lr,
               kMomentum, ember::get_num_threads());
   const auto start = std::chrono::steady_clock::now();

@@ -26,10 +26,11 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
 
 // ---- dropout
 // Element i (logical order) keeps when the Philox uniform of counter state.offset + i is >= p:
-// mask[i] = keep, out[i] = keep ? x[i] * scale : 0. x, out contiguous; mask bool.
+// mask[i] = keep, out[i] = x[i] * (keep ? scale : 0) (a product, so NaN/inf stay visible, as in
+// PyTorch). x, out contiguous; mask bool.
 EMBER_DECLARE_STUB(dropout_stub, void (*)(const Tensor& out, const Tensor& mask, const Tensor& x, double p,
                                           double scale, GeneratorState state));
-// grad_in = mask ? grad_out * scale : 0 (all contiguous, one shape).
+// grad_in = grad_out * (mask ? scale : 0) (all contiguous, one shape).
 EMBER_DECLARE_STUB(dropout_backward_stub, void (*)(const Tensor& grad_in, const Tensor& grad_out,
                                                    const Tensor& mask, double scale));
 
@@ -54,7 +55,8 @@ struct CrossEntropyArgs {
 EMBER_DECLARE_STUB(cross_entropy_stub, int64_t (*)(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                                                    const Tensor& target, const CrossEntropyArgs& args));
 // grad_logits [N, C, D] = g * (softmax - (1 - eps) * onehot(target) - eps / C), zero on ignored
-// rows; g is grad_loss per row (None), grad_loss / count (Mean) or grad_loss (Sum).
+// rows. grad_loss is flat, in lse's dtype: g = grad_loss[row] (None), grad_loss[0] / count (Mean)
+// or grad_loss[0] (Sum).
 EMBER_DECLARE_STUB(cross_entropy_backward_stub,
                    void (*)(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
                             const Tensor& target, const Tensor& lse, const CrossEntropyArgs& args, int64_t count));

@@ -1,6 +1,8 @@
 // Everything a user of Ember needs: #include <ember/ember.h>
 #pragma once
 #include "core/allocator.h"
+#include "core/batch.h"
+#include "core/device_api.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/factory.h"

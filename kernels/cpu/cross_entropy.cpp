@@ -52,20 +52,38 @@ inline float exp_nonpositive(float x) {
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
 // Log-sum-exp of a contiguous row; `sum` gets the plain sum of the row when asked for.
+// Partial results live in kLanes independent lanes so the loops vectorise without reassociation
+// flags; the lanes combine in a fixed order, so results never depend on the thread count.
+constexpr int kLanes = 8;
+
 template <typename A>
 A row_logsumexp(const A* x, int64_t c, A* sum) {
-  A m = -std::numeric_limits<A>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < c; ++i) m = x[i] > m ? x[i] : m;
-  if (sum) {
-    A s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < c; ++i) s += x[i];
-    *sum = s;
+  A lane_max[kLanes];
+  for (int k = 0; k < kLanes; ++k) lane_max[k] = -std::numeric_limits<A>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= c; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane_max[k] = x[i + k] > lane_max[k] ? x[i + k] : lane_max[k];
+  A m = lane_max[0];
+  for (int k = 1; k < kLanes; ++k) m = lane_max[k] > m ? lane_max[k] : m;
+  for (; i < c; ++i) m = x[i] > m ? x[i] : m;
+
+  A lane_exp[kLanes] = {}, lane_sum[kLanes] = {};
+  i = 0;
+  for (; i + kLanes <= c; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      lane_exp[k] += exp_nonpositive(x[i + k] - m);
+      lane_sum[k] += x[i + k];
+    }
+  A e = 0, total = 0;
+  for (int k = 0; k < kLanes; ++k) {
+    e += lane_exp[k];
+    total += lane_sum[k];
   }
-  A e = 0;
-#pragma omp simd reduction(+ : e)
-  for (int64_t i = 0; i < c; ++i) e += exp_nonpositive(x[i] - m);
+  for (; i < c; ++i) {
+    e += exp_nonpositive(x[i] - m);
+    total += x[i];
+  }
+  if (sum) *sum = total;
   return m + std::log(e);
 }
 
@@ -168,7 +186,6 @@ void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_lo
           } else {
             const A* row = load_row<T, A>(x, base, c, d, buf);
             const A l = lse_in[r];
-#pragma omp simd
             for (int64_t i = 0; i < c; ++i) dst[i] = coef * (exp_nonpositive(row[i] - l) - off_target);
             dst[t] -= coef * on_target;
           }

@@ -7,8 +7,9 @@
 // m x k matrix) with row stride lda. Likewise for B. Transposed operands are read in place,
 // never copied. beta == 0 overwrites C without reading it (C may hold garbage).
 //
-// Runs on Eigen's GEMM, threaded with OpenMP up to ember::get_num_threads(); called from inside
-// a parallel_for body it runs on the calling thread alone.
+// Runs on Eigen's GEMM (single-threaded inside Ember). Large products are split into bands of
+// C, one per thread of Ember's pool (ember::get_num_threads()); called from inside a
+// parallel_for body it runs on the calling thread alone.
 #pragma once
 #include <cstdint>
 

@@ -74,7 +74,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
         parallel_for(0, rows, std::max<int64_t>(1, 16384 / m),
                      [&](int64_t r0, int64_t r1) { seed_rows(c + r0 * m, r1 - r0, m, pbias); });
       }
-      cpu::gemm<T>(la->col_major, false, rows, m, k, T(1), pa, la->ld, pb, lb.ld, beta, c, m);
+      cpu::gemm<T>(la->col_major, lb.col_major, rows, m, k, T(1), pa, la->ld, pb, lb.ld, beta, c, m);
       return;
     }
   }

@@ -25,14 +25,14 @@ void random_cpu(const Tensor& out, native::RandomKind kind, double a, double b, 
         double v;
         switch (kind) {
           case native::RandomKind::Uniform:
-            // 24 random bits are exact in every float type, so the result stays below b
+            // Explicit fma so CPU and CUDA round identically. 24 random bits are exact in every float type, so the result stays below b
             // after rounding; f64 gets 53.
             v = std::is_same_v<T, double>
-                    ? a + (b - a) * (double((uint64_t(r[0]) << 21) ^ uint64_t(r[1] >> 11)) / 9007199254740992.0)
-                    : a + (b - a) * double(Philox::to_uniform(r[0]));
+                    ? std::fma(b - a, double((uint64_t(r[0]) << 21) ^ uint64_t(r[1] >> 11)) / 9007199254740992.0, a)
+                    : std::fma(b - a, double(Philox::to_uniform(r[0])), a);
             break;
           case native::RandomKind::Normal:
-            v = a + b * normal_from(r);
+            v = std::fma(b, normal_from(r), a);  // explicit fma: the CUDA kernel computes the same
             break;
           default: {
             const uint64_t range = uint64_t(int64_t(b) - int64_t(a));

@@ -21,9 +21,9 @@ constexpr int64_t kGrainElems = 8192;
 
 // exp for float written so the compiler can vectorise it (std::exp is an opaque call):
 // exp(x) = 2^n * exp(r) with n = round(x / ln 2), |r| <= ln2 / 2 and a degree-6 polynomial
-// for exp(r); about 1 ulp over the clamped range. NaN stays NaN.
-inline float exp_vec(float x) {
-  x = x < -87.3f ? -87.3f : x;  // below this exp(x) underflows to ~0 anyway
+// for exp(r); about 1 ulp. Results below ~1e-38 flush to 0; NaN stays NaN.
+inline float exp_vec(float x_in) {
+  float x = x_in < -87.3f ? -87.3f : x_in;  // below this the result is flushed to 0 at the end
   x = x > 88.0f ? 88.0f : x;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;  // ln 2 split in two parts for an exact reduction
@@ -42,7 +42,8 @@ inline float exp_vec(float x) {
   const uint32_t pow2 = (bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &pow2, 4);
-  return er * scale;
+  // exp(-inf) must be exactly 0 (masked attention scores)
+  return x_in < -87.3f ? 0.0f : er * scale;
 }
 inline double exp_vec(double x) { return std::exp(x); }
 
@@ -88,8 +89,9 @@ void softmax_rows(T* out, const T* x, int64_t rows, int64_t len, bool log) {
       double s = 0;
       for (int k = 0; k < kLanes; ++k) s += acc[k];
       if (log) {
-        const A shift = A(double(m) + std::log(s));
-        for (int64_t j = 0; j < len; ++j) yr[j] = T(A(xr[j]) - shift);
+        // (x - max) is exact for nearby values; subtracting log(sum) after keeps small results accurate
+        const A log_sum = A(std::log(s));
+        for (int64_t j = 0; j < len; ++j) yr[j] = T((A(xr[j]) - m) - log_sum);
       } else {
         const A inv = A(1.0 / s);
         for (int64_t j = 0; j < len; ++j) yr[j] = T(v[j] * inv);
@@ -122,10 +124,10 @@ void softmax_columns(T* out, const T* x, const SoftmaxGeometry& g, bool log) {
       for (int64_t r = 0; r < len; ++r)
         for (int64_t j = 0; j < w; ++j) s[j] += double(exp_vec(A(A(xb[r * inner + j]) - m[j])));
       if (log) {
-        A shift[kColBlock];
-        for (int64_t j = 0; j < w; ++j) shift[j] = A(double(m[j]) + std::log(s[j]));
+        A log_sum[kColBlock];
+        for (int64_t j = 0; j < w; ++j) log_sum[j] = A(std::log(s[j]));
         for (int64_t r = 0; r < len; ++r)
-          for (int64_t j = 0; j < w; ++j) yb[r * inner + j] = T(A(xb[r * inner + j]) - shift[j]);
+          for (int64_t j = 0; j < w; ++j) yb[r * inner + j] = T((A(xb[r * inner + j]) - m[j]) - log_sum[j]);
       } else {
         A inv[kColBlock];
         for (int64_t j = 0; j < w; ++j) inv[j] = A(1.0 / s[j]);

@@ -20,7 +20,13 @@ const Discovery& discovery() {
     const cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // "no device" is not sticky: clear it for later calls
-      r.why_none = std::string(cudaGetErrorString(err)) + " (" + cudaGetErrorName(err) + ")";
+      const std::string detail = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+      if (err == cudaErrorInsufficientDriver)  // also what the runtime says when no driver exists
+        r.why_none = "no usable NVIDIA driver was found (" + detail + ")";
+      else if (err == cudaErrorNoDevice)
+        r.why_none = "no CUDA-capable GPU was found (" + detail + ")";
+      else
+        r.why_none = detail;
       n = 0;
     } else if (n == 0) {
       r.why_none = "the runtime reports no devices";
@@ -46,8 +52,8 @@ bool is_available() { return device_count() > 0; }
 void require_available(const char* what) {
   const Discovery& d = discovery();
   EMBER_CHECK(d.count > 0, what, ": no CUDA device is available: ", d.why_none,
-              ". Ember was built with CUDA, but tensors on device cuda need a GPU and its driver; "
-              "use Device::cpu() on this machine");
+              ". Ember was built with CUDA, but CUDA tensors need a GPU and its driver; use Device::cpu() "
+              "on this machine");
 }
 
 void check_device(Device d, const char* what) {

@@ -26,7 +26,8 @@ void synchronize(int index);
 int multiprocessor_count(int index);  // cached per device
 
 // The stream kernels of this thread are queued on; null (the legacy default stream) unless
-// set. The caching allocator reuses a freed block only on the stream it was last used on.
+// set. The caching allocator hands a freed block out again only on the stream it was
+// allocated on; work that uses it on another stream must finish before it is freed.
 cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
 

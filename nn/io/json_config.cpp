@@ -174,6 +174,10 @@ Json parse_json(std::string_view text, const std::string& source) {
     }
     return true;
   };
+  // nlohmann's lexer stops at a NUL byte as if the text ended there, which would accept
+  // "{}\0garbage"; a raw NUL is never valid JSON, so it is refused up front.
+  const size_t nul = text.find('\0');
+  EMBER_CHECK(nul == std::string_view::npos, source, ": invalid JSON: NUL byte at offset ", nul);
   Json out;
   try {
     out = Json::parse(text.begin(), text.end(), watch);

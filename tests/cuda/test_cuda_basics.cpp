@@ -162,7 +162,9 @@ TEST(CudaBasics, AddMatchesReferenceAndCpu) {
         const Tensor got = add(a.to(kGpu), b.to(kGpu), alpha);
         EXPECT_TRUE(got.is_cuda());
         EXPECT_TRUE(all_close(got, ref_add(a, b, alpha), tol, tol));
-        if (alpha == 1.0) EXPECT_TRUE(same_bytes(got, add(a, b)));
+        if (alpha == 1.0) {
+          EXPECT_TRUE(same_bytes(got, add(a, b)));
+        }
       }
     }
     // misaligned starts (views at an element offset) and strided operands

@@ -98,7 +98,7 @@ TEST_F(TextIoTest, Latin1BytesBecomeUtf8) {
   ASSERT_TRUE(reader.next(line));
   EXPECT_EQ(line, "\xc3\xb0");
   EXPECT_FALSE(reader.next(line));
-  EXPECT_EQ(reader.latin1_bytes(), 3);
+  EXPECT_EQ(reader.latin1_bytes(), 4);
   EXPECT_EQ(reader.line_number(), 3);
 }
 

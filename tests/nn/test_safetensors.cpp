@@ -169,7 +169,8 @@ TEST(SafetensorsGolden, LoadBitExactly) {
 TEST(SafetensorsGolden, RewriteIsByteIdenticalToReference) {
   TempDir dir;
   int checked = 0;
-  for (const auto& [fname, want] : golden_expected()["files"].items()) {
+  const Json expected = golden_expected();
+  for (const auto& [fname, want] : expected["files"].items()) {
     if (!want["byte_identical"].get<bool>()) continue;
     SCOPED_TRACE(fname);
     const std::string golden = golden_dir() + "/" + fname;
@@ -212,7 +213,8 @@ TEST(SafetensorsGolden, ExportForPythonVerify) {
     if (!same_as.empty()) entry["same_bytes_as"] = same_as;
     manifest["files"][fname] = entry;
   };
-  for (const auto& [fname, want] : golden_expected()["files"].items()) {
+  const Json expected = golden_expected();
+  for (const auto& [fname, want] : expected["files"].items()) {
     SafetensorsFile f = load_safetensors_with_metadata(golden_dir() + "/" + fname);
     record("rewritten_" + fname, f.tensors, f.metadata, want["byte_identical"].get<bool>() ? fname : "");
   }
@@ -359,9 +361,9 @@ TEST(SafetensorsWriter, OrdersByAlignmentThenNameAndAlignsEveryTensor) {
   std::sort(by_offset.begin(), by_offset.end());
   std::vector<std::string> order;
   for (const auto& p : by_offset) order.push_back(p.second);
-  const std::vector<std::string> want = {"a.i64", "m.i64", "z.i64", "a.f64", "m.f64", "z.f64", "a.f32", "m.f32",
-                                         "z.f32", "a.i32", "m.i32", "z.i32", "a.bf16", "m.bf16", "z.bf16",
-                                         "a.f16", "m.f16", "z.f16", "a.bool", "m.bool", "z.bool"};
+  std::vector<std::string> want;
+  for (DType dt : {DType::i64, DType::f64, DType::f32, DType::i32, DType::bf16, DType::f16, DType::boolean})
+    for (const char* n : names) want.push_back(std::string(n) + "." + dtype_name(dt));
   EXPECT_EQ(order, want);
 }
 
@@ -504,7 +506,20 @@ class SafetensorsBadInput : public ::testing::Test {
 
 namespace {
 std::string f32_entry(const std::string& name, const std::string& shape, const std::string& offsets) {
-  return "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}";
+  std::string s = "\"";
+  s.append(name).append("\":{\"dtype\":\"F32\",\"shape\":").append(shape);
+  s.append(",\"data_offsets\":").append(offsets).append("}");
+  return s;
+}
+
+// {"e1",e2,...}: a header object from its entries.
+std::string object_of(std::initializer_list<std::string> entries) {
+  std::string s = "{";
+  for (const auto& e : entries) {
+    if (s.size() > 1) s += ',';
+    s += e;
+  }
+  return s + "}";
 }
 }  // namespace
 
@@ -545,7 +560,8 @@ TEST_F(SafetensorsBadInput, HeaderNotJson) {
 
 TEST_F(SafetensorsBadInput, HeaderTrailingGarbage) {
   EXPECT_REFUSED(st_file("{}x"), "header: invalid JSON");
-  EXPECT_REFUSED(st_file(std::string("{}\0\0", 4)), "header: invalid JSON");  // NUL is not JSON padding
+  // NUL is not JSON padding (the reference refuses it too).
+  EXPECT_REFUSED(st_file(std::string("{}\0\0", 4)), "header: invalid JSON: NUL byte at offset 2");
 }
 
 TEST_F(SafetensorsBadInput, HeaderNotAnObject) {
@@ -554,7 +570,7 @@ TEST_F(SafetensorsBadInput, HeaderNotAnObject) {
 }
 
 TEST_F(SafetensorsBadInput, DuplicateKeys) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[0,4]") + "," + f32_entry("a", "[1]", "[0,4]") + "}",
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[0,4]"), f32_entry("a", "[1]", "[0,4]")}),
                          std::string(4, '\0')),
                  "duplicate key 'a'");
 }
@@ -596,33 +612,33 @@ TEST_F(SafetensorsBadInput, DtypeOfTheFormatThatEmberLacks) {
 }
 
 TEST_F(SafetensorsBadInput, ShapeNotAnArray) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "\"1\"", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "\"1\"", "[0,4]")}), std::string(4, '\0')),
                  "tensor 'a': 'shape' must be an array of non-negative integers, got string \"1\"");
 }
 
 TEST_F(SafetensorsBadInput, ShapeNegative) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1,-2]", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1,-2]", "[0,4]")}), std::string(4, '\0')),
                  "tensor 'a': shape entry 1 must be a non-negative integer, got integer -2");
 }
 
 TEST_F(SafetensorsBadInput, ShapeNotIntegers) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1.5]", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1.5]", "[0,4]")}), std::string(4, '\0')),
                  "shape entry 0 must be a non-negative integer, got float 1.5");
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1.0]", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1.0]", "[0,4]")}), std::string(4, '\0')),
                  "shape entry 0 must be a non-negative integer, got float 1.0");
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[\"1\"]", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[\"1\"]", "[0,4]")}), std::string(4, '\0')),
                  "got string \"1\"");
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[null]", "[0,4]") + "}", std::string(4, '\0')), "got null");
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[null]", "[0,4]")}), std::string(4, '\0')), "got null");
 }
 
 TEST_F(SafetensorsBadInput, ShapeProductOverflows) {
   // The reference's own overflow cases.
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[2,18446744073709551614]", "[0,16]") + "}", std::string(16, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[2,18446744073709551614]", "[0,16]")}), std::string(16, '\0')),
                  "tensor 'a': shape [2,18446744073709551614] has more elements than a 64-bit count can hold");
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[2,9223372036854775807]", "[0,16]") + "}", std::string(16, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[2,9223372036854775807]", "[0,16]")}), std::string(16, '\0')),
                  "has more elements than a 64-bit count can hold");
   // Fits as an element count, overflows as bytes.
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[4611686018427387904]", "[0,16]") + "}", std::string(16, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[4611686018427387904]", "[0,16]")}), std::string(16, '\0')),
                  "tensor 'a': shape [4611686018427387904] of F32 needs more bytes than a 64-bit count can hold");
 }
 
@@ -630,53 +646,53 @@ TEST_F(SafetensorsBadInput, DataOffsetsNotAPair) {
   const std::string data(4, '\0');
   for (const char* bad : {"[0]", "[0,4,4]", "\"0,4\"", "[0,-4]", "[0,4.0]", "{\"begin\":0}", "[null,4]"}) {
     SCOPED_TRACE(bad);
-    EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", bad) + "}", data),
+    EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", bad)}), data),
                    "tensor 'a': 'data_offsets' must be [begin, end] with non-negative integers");
   }
 }
 
 TEST_F(SafetensorsBadInput, DataOffsetsBeginAfterEnd) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[0]", "[8,4]") + "}", std::string(8, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[0]", "[8,4]")}), std::string(8, '\0')),
                  "tensor 'a': data_offsets [8, 4] have begin > end");
 }
 
 TEST_F(SafetensorsBadInput, ByteLengthDoesNotMatchShape) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[2,2]", "[0,4]") + "}", std::string(4, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[2,2]", "[0,4]")}), std::string(4, '\0')),
                  "tensor 'a': data_offsets [0, 4] span 4 bytes but shape [2, 2] of F32 needs 16 bytes");
 }
 
 TEST_F(SafetensorsBadInput, OffsetsPastEndOfBuffer) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[4]", "[0,16]") + "}", std::string(8, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[4]", "[0,16]")}), std::string(8, '\0')),
                  "tensor 'a': data_offsets [0, 16] run past the end of the data buffer (8 bytes)");
   // An offset beyond anything a file could hold.
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[18446744073709551610,18446744073709551614]") + "}",
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[18446744073709551610,18446744073709551614]")}),
                          std::string(4, '\0')),
                  "run past the end of the data buffer (4 bytes)");
 }
 
 TEST_F(SafetensorsBadInput, OverlappingTensors) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[2]", "[0,8]") + "," + f32_entry("b", "[2]", "[4,12]") + "}",
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[2]", "[0,8]"), f32_entry("b", "[2]", "[4,12]")}),
                          std::string(12, '\0')),
                  "tensors 'a' and 'b' overlap: 'b' starts at byte 4 before 'a' ends at byte 8");
   // Two names for the same bytes.
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[0,4]") + "," + f32_entry("b", "[1]", "[0,4]") + "}",
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[0,4]"), f32_entry("b", "[1]", "[0,4]")}),
                          std::string(4, '\0')),
                  "tensors 'a' and 'b' overlap");
 }
 
 TEST_F(SafetensorsBadInput, GapBetweenTensors) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[0,4]") + "," + f32_entry("b", "[1]", "[8,12]") + "}",
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[0,4]"), f32_entry("b", "[1]", "[8,12]")}),
                          std::string(12, '\0')),
                  "bytes [4, 8) of the data buffer belong to no tensor (gap before 'b')");
 }
 
 TEST_F(SafetensorsBadInput, GapBeforeFirstTensor) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[4,8]") + "}", std::string(8, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[4,8]")}), std::string(8, '\0')),
                  "bytes [0, 4) of the data buffer belong to no tensor (gap before 'a')");
 }
 
 TEST_F(SafetensorsBadInput, TrailingBytesAfterLastTensor) {
-  EXPECT_REFUSED(st_file("{" + f32_entry("a", "[1]", "[0,4]") + "}", std::string(8, '\0')),
+  EXPECT_REFUSED(st_file(object_of({f32_entry("a", "[1]", "[0,4]")}), std::string(8, '\0')),
                  "the data buffer has 4 bytes after the last tensor (bytes [4, 8) belong to no tensor)");
   EXPECT_REFUSED(st_file("{}", "x"), "the data buffer has 1 bytes after the last tensor");
 }
@@ -714,8 +730,9 @@ TEST_F(SafetensorsBadInput, AcceptsWhatTheReferenceAccepts) {
   // zero-size tensors anywhere.
   {
     float v = 1.5f;
-    const std::string p = put(st_file("{" + f32_entry("f", "[1]", "[1,5]") + ",\"b\":{\"dtype\":\"BOOL\",\"shape\":[1],"
-                                      "\"data_offsets\":[0,1]}," + f32_entry("z", "[0,2]", "[5,5]") + "}",
+    const std::string p = put(st_file(object_of({f32_entry("f", "[1]", "[1,5]"),
+                                                 "\"b\":{\"dtype\":\"BOOL\",\"shape\":[1],\"data_offsets\":[0,1]}",
+                                                 f32_entry("z", "[0,2]", "[5,5]")}),
                                       std::string("\x01", 1) + std::string(reinterpret_cast<char*>(&v), 4)));
     auto t = load_safetensors(p);
     EXPECT_EQ(t.at("f").item<float>(), 1.5f);

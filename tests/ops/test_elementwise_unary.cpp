@@ -138,6 +138,59 @@ TEST(ElementwiseUnary, GradcheckComposites) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+TEST(ElementwiseUnary, Float32AccuracyAcrossTheRange) {
+  // a dense sweep, well past where the functions saturate, against double precision
+  Tensor wide = arange(-100.0, 88.0, 0.0137, {DType::f32});
+  EXPECT_TRUE(all_close(exp(wide), reference::exp(reference::from_tensor(wide)), 4e-7, 1e-38));
+  Tensor x = arange(-30.0, 30.0, 0.00731, {DType::f32});
+  const RefTensor rx = reference::from_tensor(x);
+  EXPECT_TRUE(all_close(tanh(x), reference::tanh(rx), 4e-7, 0));
+  EXPECT_TRUE(all_close(sigmoid(x), reference::sigmoid(rx), 4e-7, 1e-38));
+  EXPECT_TRUE(all_close(gelu(x, true), reference::gelu(rx, true), 1e-6, 1e-7));
+  EXPECT_TRUE(all_close(gelu(x), reference::gelu(rx, false), 1e-6, 5e-7));
+  Tensor tiny = arange(-1e-3, 1e-3, 1.37e-6, {DType::f32});  // relative accuracy near 0
+  EXPECT_TRUE(all_close(tanh(tiny), reference::tanh(reference::from_tensor(tiny)), 4e-7, 0));
+  // derivatives over the same sweep
+  for (const char* name : {"tanh", "sigmoid", "gelu", "gelu_tanh", "exp"}) {
+    Tensor xs = arange(-20.0, 20.0, 0.0111, {DType::f32}).requires_grad_();
+    const std::string n(name);
+    Tensor y = n == "tanh" ? tanh(xs) : n == "sigmoid" ? sigmoid(xs) : n == "gelu" ? gelu(xs)
+             : n == "gelu_tanh" ? gelu(xs, true) : exp(xs);
+    y.backward(ones_like(y));
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(all_close(xs.grad(), reference::unary_derivative(n, reference::from_tensor(xs)), 2e-6, 1e-6));
+  }
+}
+
+TEST(ElementwiseUnary, SpecialValues) {
+  const float inf = INFINITY;
+  Tensor x = from_vector<float>({-inf, -200.0f, 89.0f, 200.0f, inf, NAN, -0.0f});
+  const std::vector<float> e = exp(x).to_vector<float>();
+  EXPECT_EQ(e[0], 0.0f);
+  EXPECT_EQ(e[1], 0.0f);
+  EXPECT_EQ(e[2], inf);
+  EXPECT_EQ(e[3], inf);
+  EXPECT_EQ(e[4], inf);
+  EXPECT_TRUE(std::isnan(e[5]));
+  EXPECT_EQ(e[6], 1.0f);
+  const std::vector<float> t = tanh(x).to_vector<float>();
+  EXPECT_EQ(t[0], -1.0f);
+  EXPECT_EQ(t[3], 1.0f);
+  EXPECT_EQ(t[4], 1.0f);
+  EXPECT_TRUE(std::isnan(t[5]));
+  EXPECT_EQ(t[6], 0.0f);
+  const std::vector<float> s = sigmoid(x).to_vector<float>();
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(s[4], 1.0f);
+  EXPECT_TRUE(std::isnan(s[5]));
+  const std::vector<float> g = gelu(x).to_vector<float>(), gt = gelu(x, true).to_vector<float>();
+  EXPECT_EQ(g[3], 200.0f);
+  EXPECT_EQ(gt[3], 200.0f);
+  EXPECT_EQ(g[1], -0.0f);
+  EXPECT_TRUE(std::isnan(g[5]));
+  EXPECT_TRUE(std::isnan(gt[5]));
+}
+
 TEST(ElementwiseUnary, KnownValues) {
   Tensor x = from_vector<double>({-1.0, 0.0, 1.0, 2.0});
   auto v = [](const Tensor& t) { return t.to_vector<double>(); };
