@@ -31,8 +31,10 @@ struct Problem {
 void prepare(benchmark::State& state, const Problem& p) {
   ember::set_num_threads(p.threads);
   Eigen::setNbThreads(p.threads);
-  state.SetLabel("MxKxN=" + std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n) +
-                 " threads=" + std::to_string(p.threads));
+  std::string label = "MxKxN=";
+  label += std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n);
+  label += " threads=" + std::to_string(p.threads);
+  state.SetLabel(label);
 }
 
 void count_flops(benchmark::State& state, const Problem& p) {
@@ -92,15 +94,16 @@ void eigen_gemm_bT(benchmark::State& state, Problem p) {
 void register_all() {
   const std::array<std::array<int64_t, 3>, 4> shapes = {
       {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 256, 768}}};
-  for (int threads : {1, 2})
+  for (int threads : {1, 2})  // the suffixes below name these two counts
     for (const auto& [m, k, n] : shapes) {
       const Problem p{m, k, n, threads};
-      const std::string suffix = "/" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
-                                 "/" + std::to_string(threads) + (threads == 1 ? "thread" : "threads");
+      std::string suffix = "/";
+      suffix += std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+      suffix += threads == 1 ? "/1thread" : "/2threads";
       for (auto [name, fn] : {std::pair{"ember_matmul", &ember_matmul}, std::pair{"eigen_gemm", &eigen_gemm},
                               std::pair{"ember_matmul_bT", &ember_matmul_bT},
                               std::pair{"eigen_gemm_bT", &eigen_gemm_bT}})
-        benchmark::RegisterBenchmark((name + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark((std::string(name) + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
 }
 

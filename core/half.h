@@ -3,6 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace ember {
 
@@ -29,6 +32,9 @@ struct Half {
   operator float() const { return to_float(bits); }
 
   static float to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);  // one instruction on x86-64-v3 and later
+#endif
     const uint32_t sign = uint32_t(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
@@ -43,6 +49,9 @@ struct Half {
   }
 
   static uint16_t from_float(float f) {
+#if defined(__F16C__)
+    return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));  // round to nearest even
+#endif
     const uint32_t u = float_bits(f);
     const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
     const uint32_t absu = u & 0x7fffffffu;

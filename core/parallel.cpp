@@ -76,7 +76,10 @@ class ThreadPool {
  private:
   void start(int threads) {
     stopping_ = false;
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+    // Workers start from the current generation: a job posted before a new thread first
+    // runs must still count as new to it.
+    const uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
   }
 
   void stop() {
@@ -101,8 +104,7 @@ class ThreadPool {
     tls_in_parallel = false;
   }
 
-  void worker(int id) {
-    uint64_t seen = generation_.load(std::memory_order_acquire);
+  void worker(int id, uint64_t seen) {
     while (true) {
       for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++i) EMBER_CPU_RELAX();
       if (generation_.load(std::memory_order_acquire) == seen) {

@@ -38,7 +38,8 @@ void ProgressBar::update(int64_t step, const std::string& postfix) {
   const auto now = std::chrono::steady_clock::now();
   // Terminals redraw ~10 times a second; logs get a line every 10 seconds.
   const double since = std::chrono::duration<double>(now - last_draw_).count();
-  if (since >= (tty_ ? 0.1 : 10.0) || (total_ > 0 && step >= total_)) {
+  // The last step is drawn by finish(), so it appears once.
+  if (since >= (tty_ ? 0.1 : 10.0) && !(total_ > 0 && step >= total_)) {
     last_draw_ = now;
     draw(false);
   }

@@ -42,6 +42,7 @@ struct Args {
   int64_t max_len = 66;
   double lr = 1e-4;
   int64_t eval_batch = 128;
+  int64_t train_limit = -1;  // use only the first N training phrases (quick checks)
   int num_workers = 1;
 };
 
@@ -67,11 +68,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--max-len") a.max_len = std::stoll(val());
     else if (k == "--lr") a.lr = std::stod(val());
     else if (k == "--workers") a.num_workers = std::stoi(val());
+    else if (k == "--train-limit") a.train_limit = std::stoll(val());
     else if (k == "--help" || k == "-h") {
       std::printf(
           "usage: bert_sst2 [--stage all|pretrain|finetune] [--data-dir D] [--out DIR] [--threads T] [--seed S]\n"
           "                 [--pretrain-steps N] [--pretrain-batch B] [--seq-len L] [--pretrain-lr X]\n"
-          "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W]\n");
+          "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W] [--train-limit N]\n");
       std::exit(0);
     } else {
       EMBER_FAIL("bert_sst2: unknown option ", k, " (see --help)");
@@ -171,6 +173,10 @@ double evaluate(nn::BertForSequenceClassification& model, data::DataLoader& load
 
 double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log) {
   auto train_texts = data::read_labeled_tsv(a.data_dir + "/sst2/train.tsv.gz");
+  if (a.train_limit >= 0 && a.train_limit < train_texts.size()) {
+    train_texts.texts.resize(size_t(a.train_limit));
+    train_texts.labels.resize(size_t(a.train_limit));
+  }
   auto dev_texts = data::read_labeled_tsv(a.data_dir + "/sst2/dev.tsv.gz");
   auto train = std::make_shared<data::TextClassificationDataset>(tok, train_texts, a.max_len);
   auto dev = std::make_shared<data::TextClassificationDataset>(tok, dev_texts, 128);

@@ -2,6 +2,7 @@
 // here. Gradients of broadcasting ops are summed back to each input's shape and returned in
 // the input's dtype.
 #include <cmath>
+#include <limits>
 
 #include "autograd/node.h"
 #include "core/factory.h"

@@ -88,6 +88,13 @@ bool overlaps_differently(const Tensor& t, const Tensor& out) {
            t.strides() == out.strides() && t.dtype() == out.dtype());
 }
 
+// Writing through an expanded view would store many results into one element.
+void check_no_internal_overlap(const Tensor& out, const char* op) {
+  for (int64_t d = 0; d < out.dim(); ++d)
+    EMBER_CHECK(out.stride(d) != 0 || out.size(d) <= 1, op, ": cannot write into a tensor of shape ", out.shape(),
+                " whose elements share memory (an expanded view, stride 0 in dim ", d, "); clone() it first");
+}
+
 // Result dtype `from` may be stored into `to` unless that turns float into integer or bool.
 void check_castable(DType from, DType to, const char* op) {
   EMBER_CHECK(!(is_floating(from) && !is_floating(to)) && !(from != DType::boolean && to == DType::boolean),
@@ -128,6 +135,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha, const
                 " does not match the broadcast shape ", shape, " of ", a.shape(), " and ", b.shape());
     check_same_device(out, a, name);
     check_castable(ct, out.dtype(), name);
+    check_no_internal_overlap(out, name);
   }
   Tensor target = out.defined() && out.dtype() == ct ? out : make_tensor(shape, ct, a.device());
   if (target.numel() == 0) return out.defined() ? out : target;
@@ -149,6 +157,7 @@ Tensor binary(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
                 " does not match the input shape ", a.shape());
     check_same_device(out, a, name);
     check_castable(ct, out.dtype(), name);
+    check_no_internal_overlap(out, name);
   }
   Tensor target = out.defined() && out.dtype() == ct ? out : make_tensor(a.shape(), ct, a.device());
   if (target.numel() == 0) return out.defined() ? out : target;
@@ -228,6 +237,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   EMBER_CHECK(shape == x.shape(), "masked_fill: mask of shape ", mask.shape(),
               " cannot be broadcast to the input's shape ", x.shape());
+  EMBER_CHECK(is_floating(x.dtype()) || x.dtype() == DType::boolean || std::isfinite(value),
+              "masked_fill: value ", value, " cannot be stored in a ", dtype_name(x.dtype()), " tensor");
   Tensor out = make_tensor(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
   masked_fill_stub.call(x.device(), "masked_fill")(out, x, mask, value);

@@ -1,5 +1,7 @@
 // Everything a user of Ember needs: #include <ember/ember.h>
 #pragma once
+
+// core: tensors, ops, devices, threads, random numbers
 #include "core/allocator.h"
 #include "core/batch.h"
 #include "core/device_api.h"
@@ -9,6 +11,38 @@
 #include "core/grad_mode.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+
+// autograd
 #include "autograd/gradcheck.h"
+
+// nn: modules, layers, BERT, Hugging Face formats
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/io/json_config.h"
+#include "nn/io/safetensors.h"
+#include "nn/layers/attention.h"
+#include "nn/layers/basic.h"
+#include "nn/layers/containers.h"
+#include "nn/losses.h"
+#include "nn/models/bert.h"
+#include "nn/models/pretrained.h"
+#include "nn/module.h"
+
+// optim
+#include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "optim/sgd_adam.h"
+
+// data
+#include "data/collate.h"
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/mlm_collator.h"
+#include "data/sampler.h"
+#include "data/text_datasets.h"
+#include "data/tsv_dataset.h"
+#include "data/wordpiece_tokenizer.h"

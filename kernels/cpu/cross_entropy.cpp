@@ -51,7 +51,7 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
-// Log-sum-exp of a contiguous row; `sum` gets the plain sum of the row when asked for.
+// Log-sum-exp of a contiguous row; `sum` gets the plain sum of the row (for label smoothing).
 // Partial results live in kLanes independent lanes so the loops vectorise without reassociation
 // flags; the lanes combine in a fixed order, so results never depend on the thread count.
 constexpr int kLanes = 8;
@@ -83,7 +83,7 @@ A row_logsumexp(const A* x, int64_t c, A* sum) {
     e += exp_nonpositive(x[i] - m);
     total += x[i];
   }
-  if (sum) *sum = total;
+  *sum = total;
   return m + std::log(e);
 }
 
@@ -128,7 +128,7 @@ int64_t cross_entropy_cpu(const Tensor& loss, const Tensor& lse, const Tensor& l
           if (t < 0 || t >= c) fail_target(t, c, args.ignore_index);
           const A* row = load_row<T, A>(x, (r / d) * c * d + r % d, c, d, buf);
           A sum = 0;
-          const A l = row_logsumexp(row, c, eps > 0 ? &sum : nullptr);
+          const A l = row_logsumexp(row, c, &sum);
           lse_out[r] = l;
           double v = double(l) - double(row[t]);
           if (eps > 0) v = (1.0 - eps) * v + eps * (double(l) - double(sum) / double(c));
@@ -163,8 +163,8 @@ void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_lo
     const A* g = grad_loss.data_ptr<A>();
     T* out = grad_logits.data_ptr<T>();
     const A eps = A(args.label_smoothing);
-    const A off_target = eps / A(c);      // smoothed probability of every class
-    const A on_target = A(1) - eps;       // extra probability of the target class
+    const A off_target = eps / A(c);  // smoothed probability of every class
+    const A on_target = A(1) - eps;   // extra probability of the target class
     visit_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
       using I = typename decltype(itag)::type;
       const I* tgt = target.data_ptr<I>();
@@ -173,17 +173,14 @@ void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_lo
         for (int64_t r = b; r < e; ++r) {
           const int64_t base = (r / d) * c * d + r % d;
           const int64_t t = int64_t(tgt[r]);
-          A coef = 0;
-          if (t != args.ignore_index) {
-            coef = args.reduction == Reduction::None ? g[r]
-                   : args.reduction == Reduction::Mean ? A(double(g[0]) / double(count))
-                                                       : g[0];
-          }
           const bool direct = std::is_same_v<T, A> && d == 1;
           A* dst = direct ? reinterpret_cast<A*>(out + base) : grad.data();
           if (t == args.ignore_index) {
             std::fill(dst, dst + c, A(0));
           } else {
+            const A coef = args.reduction == Reduction::None ? g[r]
+                           : args.reduction == Reduction::Mean ? A(double(g[0]) / double(count))
+                                                               : g[0];
             const A* row = load_row<T, A>(x, base, c, d, buf);
             const A l = lse_in[r];
             for (int64_t i = 0; i < c; ++i) dst[i] = coef * (exp_nonpositive(row[i] - l) - off_target);

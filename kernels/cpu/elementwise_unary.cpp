@@ -3,9 +3,9 @@
 //
 // float exp, tanh, sigmoid and gelu use the branch-free approximations below rather than libm
 // calls, so that GCC turns each loop into AVX2 code. That needs FP compares and conversions to be
-// treated as non-trapping (we never read the FP exception flags) and sqrt not to set errno.
+// treated as non-trapping, which is safe because nothing reads the FP exception flags.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#pragma GCC optimize("no-trapping-math")
 #endif
 #include <bit>
 #include <cmath>
@@ -15,6 +15,14 @@
 #include "core/native/elementwise.h"
 #include "core/strided_loop.h"
 #include "core/type_dispatch.h"
+
+// The approximations must inline into the loops to vectorise; GCC's size heuristics would
+// otherwise keep them out of line once they have many callers.
+#if defined(__GNUC__)
+#define EMBER_VEC_INLINE [[gnu::always_inline]] inline
+#else
+#define EMBER_VEC_INLINE inline
+#endif
 
 namespace ember {
 namespace {
@@ -30,11 +38,11 @@ template <typename A> constexpr A kGeluCubic = A(0.044715);
 // ---- float approximations (relative error about 1e-7, measured against double libm)
 
 // 2^n for an integer n in [-126, 127], straight from the exponent bits.
-inline float pow2i(int32_t n) { return std::bit_cast<float>(uint32_t(n + 127) << 23); }
+EMBER_VEC_INLINE float pow2i(int32_t n) { return std::bit_cast<float>(uint32_t(n + 127) << 23); }
 
 // e^x = 2^n e^r with n = round(x / ln2), |r| <= ln2 / 2, e^r by a degree-7 polynomial
 // (Cephes' expf coefficients). Saturates to 0 and inf; NaN passes through.
-inline float fast_exp(float x) {
+EMBER_VEC_INLINE float fast_exp(float x) {
   const float lo = x < -104.0f ? -104.0f : x;
   const float xc = lo > 89.0f ? 89.0f : lo;
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round via 1.5 * 2^23
@@ -52,7 +60,7 @@ inline float fast_exp(float x) {
 }
 
 // Odd polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel), the exp form elsewhere.
-inline float fast_tanh(float x) {
+EMBER_VEC_INLINE float fast_tanh(float x) {
   const float ax = std::fabs(x), z = x * x;
   float p = -5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
@@ -66,7 +74,7 @@ inline float fast_tanh(float x) {
 
 // Standard normal CDF from erfc(|x|/sqrt2) ~ t P(t) e^(-x^2/2), t = 1/(1 + p|x|/sqrt2)
 // (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
-inline float fast_normal_cdf(float x) {
+EMBER_VEC_INLINE float fast_normal_cdf(float x) {
   const float z = std::fabs(x) * 0.70710678118654752f;
   const float t = 1.0f / (1.0f + 0.3275911f * z);
   float p = 1.061405429f;
@@ -78,26 +86,26 @@ inline float fast_normal_cdf(float x) {
   return x >= 0.0f ? 1.0f - 0.5f * q : 0.5f * q;
 }
 
-template <typename A> A exp_of(A x) {
+template <typename A> EMBER_VEC_INLINE A exp_of(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_exp(x);
   else return std::exp(x);
 }
-template <typename A> A tanh_of(A x) {
+template <typename A> EMBER_VEC_INLINE A tanh_of(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_tanh(x);
   else return std::tanh(x);
 }
-template <typename A> A normal_cdf(A x) {
+template <typename A> EMBER_VEC_INLINE A normal_cdf(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_normal_cdf(x);
   else return A(0.5) * std::erfc(-x * kSqrtHalf<A>);
 }
 
-template <typename A> A sigmoid_of(A x) { return A(1) / (A(1) + exp_of(-x)); }
+template <typename A> EMBER_VEC_INLINE A sigmoid_of(A x) { return A(1) / (A(1) + exp_of(-x)); }
 
 // tanh-form gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-template <typename A> A gelu_tanh_of(A x) {
+template <typename A> EMBER_VEC_INLINE A gelu_tanh_of(A x) {
   return A(0.5) * x * (A(1) + tanh_of(kSqrt2OverPi<A> * (x + kGeluCubic<A> * x * x * x)));
 }
-template <typename A> A gelu_tanh_grad(A x) {
+template <typename A> EMBER_VEC_INLINE A gelu_tanh_grad(A x) {
   const A x2 = x * x;
   const A t = tanh_of(kSqrt2OverPi<A> * x * (A(1) + kGeluCubic<A> * x2));
   const A dinner = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCubic<A> * x2);
@@ -105,8 +113,8 @@ template <typename A> A gelu_tanh_grad(A x) {
 }
 
 // erf-form gelu: x Phi(x), Phi the standard normal CDF; derivative Phi(x) + x phi(x).
-template <typename A> A gelu_of(A x) { return x * normal_cdf(x); }
-template <typename A> A gelu_grad(A x) { return normal_cdf(x) + x * kInvSqrt2Pi<A> * exp_of(A(-0.5) * x * x); }
+template <typename A> EMBER_VEC_INLINE A gelu_of(A x) { return x * normal_cdf(x); }
+template <typename A> EMBER_VEC_INLINE A gelu_grad(A x) { return normal_cdf(x) + x * kInvSqrt2Pi<A> * exp_of(A(-0.5) * x * x); }
 
 // Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
 template <typename T> T int_lower_bound(double lo) {
@@ -120,57 +128,130 @@ template <typename T> T int_upper_bound(double hi) {
   return T(std::floor(hi));
 }
 
-template <typename T, typename F>
-void map(const Tensor& out, const Tensor& x, const F& f) {
-  StridedLoop loop(out.shape(), {out, x});
-  unary_loop<T, T>(loop, f);
+// The element functions, one per kernel (pow with exponents 1 and 2 gets its own cheap form).
+enum class Fn { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Abs, Identity, Square, Pow, Clamp };
+
+// f(v); a and b are pow's exponent or clamp's bounds.
+template <Fn F, typename A>
+EMBER_VEC_INLINE A forward_fn(A v, A a, A b) {
+  if constexpr (F == Fn::Neg) return -v;
+  else if constexpr (F == Fn::Exp) return exp_of(v);
+  else if constexpr (F == Fn::Log) return std::log(v);
+  else if constexpr (F == Fn::Sqrt) return std::sqrt(v);
+  else if constexpr (F == Fn::Rsqrt) return A(1) / std::sqrt(v);
+  else if constexpr (F == Fn::Tanh) return tanh_of(v);
+  else if constexpr (F == Fn::Sigmoid) return sigmoid_of(v);
+  else if constexpr (F == Fn::Relu) return v < A(0) ? A(0) : v;  // NaN stays NaN
+  else if constexpr (F == Fn::Gelu) return gelu_of(v);
+  else if constexpr (F == Fn::GeluTanh) return gelu_tanh_of(v);
+  else if constexpr (F == Fn::Abs) return std::abs(v);
+  else if constexpr (F == Fn::Identity) return v;
+  else if constexpr (F == Fn::Square) return v * v;
+  else if constexpr (F == Fn::Pow) return std::pow(v, a);
+  else {
+    // min(max(v, a), b): NaN stays NaN, and a > b gives b, as in PyTorch
+    const A t = v < a ? a : v;
+    return t > b ? b : t;
+  }
 }
 
-template <typename T>
-void floating_unary(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
+// grad * f'(x), where `s` is the saved output for Exp, Sqrt, Rsqrt, Tanh, Sigmoid and Relu and
+// the input otherwise.
+template <Fn F, typename A>
+EMBER_VEC_INLINE A backward_fn(A g, A s, A a, A b) {
+  if constexpr (F == Fn::Neg) return -g;
+  else if constexpr (F == Fn::Exp) return g * s;
+  else if constexpr (F == Fn::Log) return g / s;
+  else if constexpr (F == Fn::Sqrt) return g / (A(2) * s);
+  else if constexpr (F == Fn::Rsqrt) return A(-0.5) * g * s * s * s;
+  else if constexpr (F == Fn::Tanh) return g * (A(1) - s * s);
+  else if constexpr (F == Fn::Sigmoid) return g * s * (A(1) - s);
+  else if constexpr (F == Fn::Relu) return s > A(0) ? g : A(0);
+  else if constexpr (F == Fn::Gelu) return g * gelu_grad(s);
+  else if constexpr (F == Fn::GeluTanh) return g * gelu_tanh_grad(s);
+  else if constexpr (F == Fn::Abs) return s > A(0) ? g : (s < A(0) ? -g : A(0));
+  else if constexpr (F == Fn::Identity) return g;
+  else if constexpr (F == Fn::Square) return A(2) * g * s;
+  else if constexpr (F == Fn::Pow) return a == A(0) ? A(0) : g * a * std::pow(s, a - A(1));
+  else return (s >= a && s <= b) ? g : A(0);  // passes the gradient on the bounds too
+}
+
+template <typename T, Fn F>
+void forward_kernel(const Tensor& out, const Tensor& x, acc_t<T> a, acc_t<T> b) {
   using A = acc_t<T>;
+  StridedLoop loop(out.shape(), {out, x});
+  loop.run([&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* v = reinterpret_cast<const T*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) o[i] = T(forward_fn<F>(A(v[i]), a, b));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = T(forward_fn<F>(A(*reinterpret_cast<const T*>(p[1] + i * s[1])), a, b));
+    }
+  });
+}
+
+template <typename T, Fn F>
+void backward_kernel(const Tensor& gi, const Tensor& go, const Tensor& saved, acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  StridedLoop loop(gi.shape(), {gi, go, saved});
+  loop.run([&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* v = reinterpret_cast<const T*>(p[2]);
+      for (int64_t i = 0; i < n; ++i) o[i] = T(backward_fn<F>(A(g[i]), A(v[i]), a, b));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const A g = A(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+        const A v = A(*reinterpret_cast<const T*>(p[2] + i * s[2]));
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = T(backward_fn<F>(g, v, a, b));
+      }
+    }
+  });
+}
+
+// The element function of `op` for these parameters.
+Fn select_fn(UnaryOp op, UnaryParams p) {
   switch (op) {
-    case UnaryOp::Neg: return map<T>(out, x, [](A v) { return -v; });
-    case UnaryOp::Exp: return map<T>(out, x, [](A v) { return exp_of(v); });
-    case UnaryOp::Log: return map<T>(out, x, [](A v) { return std::log(v); });
-    case UnaryOp::Sqrt: return map<T>(out, x, [](A v) { return std::sqrt(v); });
-    case UnaryOp::Rsqrt: return map<T>(out, x, [](A v) { return A(1) / std::sqrt(v); });
-    case UnaryOp::Tanh: return map<T>(out, x, [](A v) { return tanh_of(v); });
-    case UnaryOp::Sigmoid: return map<T>(out, x, [](A v) { return sigmoid_of(v); });
-    case UnaryOp::Relu: return map<T>(out, x, [](A v) { return v < A(0) ? A(0) : v; });  // NaN stays NaN
-    case UnaryOp::Gelu: return map<T>(out, x, [](A v) { return gelu_of(v); });
-    case UnaryOp::GeluTanh: return map<T>(out, x, [](A v) { return gelu_tanh_of(v); });
-    case UnaryOp::Abs: return map<T>(out, x, [](A v) { return std::abs(v); });
-    case UnaryOp::PowScalar: {
-      const A e = A(p.a);
-      if (p.a == 2.0) return map<T>(out, x, [](A v) { return v * v; });
-      if (p.a == 1.0) return map<T>(out, x, [](A v) { return v; });
-      return map<T>(out, x, [e](A v) { return std::pow(v, e); });
-    }
-    case UnaryOp::Clamp: {
-      const A lo = A(p.a), hi = A(p.b);
-      // min(max(x, lo), hi): NaN input stays NaN, and lo > hi gives hi, as in PyTorch
-      return map<T>(out, x, [lo, hi](A v) {
-        const A t = v < lo ? lo : v;
-        return t > hi ? hi : t;
-      });
-    }
+    case UnaryOp::Neg: return Fn::Neg;
+    case UnaryOp::Exp: return Fn::Exp;
+    case UnaryOp::Log: return Fn::Log;
+    case UnaryOp::Sqrt: return Fn::Sqrt;
+    case UnaryOp::Rsqrt: return Fn::Rsqrt;
+    case UnaryOp::Tanh: return Fn::Tanh;
+    case UnaryOp::Sigmoid: return Fn::Sigmoid;
+    case UnaryOp::Relu: return Fn::Relu;
+    case UnaryOp::Gelu: return Fn::Gelu;
+    case UnaryOp::GeluTanh: return Fn::GeluTanh;
+    case UnaryOp::Abs: return Fn::Abs;
+    case UnaryOp::PowScalar: return p.a == 1.0 ? Fn::Identity : p.a == 2.0 ? Fn::Square : Fn::Pow;
+    case UnaryOp::Clamp: return Fn::Clamp;
+  }
+  EMBER_FAIL(native::op_name(op), ": unknown unary op");
+}
+
+// Calls run(std::integral_constant<Fn, F>) for the runtime value f.
+template <typename Run>
+void with_fn(Fn f, const Run& run) {
+  switch (f) {
+#define EMBER_FN_CASE(name) \
+  case Fn::name: return run(std::integral_constant<Fn, Fn::name>{});
+    EMBER_FN_CASE(Neg) EMBER_FN_CASE(Exp) EMBER_FN_CASE(Log) EMBER_FN_CASE(Sqrt) EMBER_FN_CASE(Rsqrt)
+    EMBER_FN_CASE(Tanh) EMBER_FN_CASE(Sigmoid) EMBER_FN_CASE(Relu) EMBER_FN_CASE(Gelu) EMBER_FN_CASE(GeluTanh)
+    EMBER_FN_CASE(Abs) EMBER_FN_CASE(Identity) EMBER_FN_CASE(Square) EMBER_FN_CASE(Pow) EMBER_FN_CASE(Clamp)
+#undef EMBER_FN_CASE
   }
 }
 
 template <typename T>
 void integer_unary(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
   switch (op) {
-    case UnaryOp::Neg: return map<T>(out, x, [](T v) { return T(-v); });
-    case UnaryOp::Abs: return map<T>(out, x, [](T v) { return T(v < 0 ? -v : v); });
-    case UnaryOp::Relu: return map<T>(out, x, [](T v) { return T(v < 0 ? 0 : v); });
-    case UnaryOp::Clamp: {
-      const T lo = int_lower_bound<T>(p.a), hi = int_upper_bound<T>(p.b);
-      return map<T>(out, x, [lo, hi](T v) {
-        const T t = v < lo ? lo : v;
-        return t > hi ? hi : t;
-      });
-    }
+    case UnaryOp::Neg: return forward_kernel<T, Fn::Neg>(out, x, 0, 0);
+    case UnaryOp::Abs: return forward_kernel<T, Fn::Abs>(out, x, 0, 0);
+    case UnaryOp::Relu: return forward_kernel<T, Fn::Relu>(out, x, 0, 0);
+    case UnaryOp::Clamp: return forward_kernel<T, Fn::Clamp>(out, x, int_lower_bound<T>(p.a), int_upper_bound<T>(p.b));
     default: EMBER_FAIL(native::op_name(op), ": not supported for ", dtype_name(out.dtype()), " tensors");
   }
 }
@@ -183,53 +264,20 @@ void unary_cpu(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
     } else if constexpr (std::is_same_v<T, bool>) {
       EMBER_FAIL(native::op_name(op), ": not supported for bool tensors");
     } else {
-      floating_unary<T>(op, out, x, p);
+      using A = acc_t<T>;
+      with_fn(select_fn(op, p), [&](auto f) { forward_kernel<T, decltype(f)::value>(out, x, A(p.a), A(p.b)); });
     }
   });
-}
-
-// grad_in = f(grad_out, saved) over same-shaped operands.
-template <typename T, typename F>
-void zip(const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved, const F& f) {
-  StridedLoop loop(grad_in.shape(), {grad_in, grad_out, saved});
-  binary_loop<T, T, T>(loop, f);
-}
-
-template <typename T>
-void floating_unary_backward(UnaryOp op, const Tensor& gi, const Tensor& go, const Tensor& s, UnaryParams p) {
-  using A = acc_t<T>;
-  switch (op) {
-    case UnaryOp::Neg: return zip<T>(gi, go, s, [](A g, A) { return -g; });
-    case UnaryOp::Exp: return zip<T>(gi, go, s, [](A g, A y) { return g * y; });
-    case UnaryOp::Log: return zip<T>(gi, go, s, [](A g, A x) { return g / x; });
-    case UnaryOp::Sqrt: return zip<T>(gi, go, s, [](A g, A y) { return g / (A(2) * y); });
-    case UnaryOp::Rsqrt: return zip<T>(gi, go, s, [](A g, A y) { return A(-0.5) * g * y * y * y; });
-    case UnaryOp::Tanh: return zip<T>(gi, go, s, [](A g, A y) { return g * (A(1) - y * y); });
-    case UnaryOp::Sigmoid: return zip<T>(gi, go, s, [](A g, A y) { return g * y * (A(1) - y); });
-    case UnaryOp::Relu: return zip<T>(gi, go, s, [](A g, A y) { return y > A(0) ? g : A(0); });
-    case UnaryOp::Gelu: return zip<T>(gi, go, s, [](A g, A x) { return g * gelu_grad(x); });
-    case UnaryOp::GeluTanh: return zip<T>(gi, go, s, [](A g, A x) { return g * gelu_tanh_grad(x); });
-    case UnaryOp::Abs:
-      return zip<T>(gi, go, s, [](A g, A x) { return x > A(0) ? g : (x < A(0) ? -g : A(0)); });
-    case UnaryOp::PowScalar: {
-      const A e = A(p.a), em1 = A(p.a - 1.0);
-      if (p.a == 0.0) return zip<T>(gi, go, s, [](A, A) { return A(0); });
-      if (p.a == 1.0) return zip<T>(gi, go, s, [](A g, A) { return g; });
-      if (p.a == 2.0) return zip<T>(gi, go, s, [](A g, A x) { return A(2) * g * x; });
-      return zip<T>(gi, go, s, [e, em1](A g, A x) { return g * e * std::pow(x, em1); });
-    }
-    case UnaryOp::Clamp: {
-      const A lo = A(p.a), hi = A(p.b);
-      return zip<T>(gi, go, s, [lo, hi](A g, A x) { return (x >= lo && x <= hi) ? g : A(0); });
-    }
-  }
 }
 
 void unary_backward_cpu(UnaryOp op, const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved,
                         UnaryParams p) {
   visit_floating(grad_in.dtype(), native::op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    floating_unary_backward<T>(op, grad_in, grad_out, saved, p);
+    using A = acc_t<T>;
+    with_fn(select_fn(op, p), [&](auto f) {
+      backward_kernel<T, decltype(f)::value>(grad_in, grad_out, saved, A(p.a), A(p.b));
+    });
   });
 }
 

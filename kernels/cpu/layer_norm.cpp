@@ -75,46 +75,62 @@ void layer_norm_cpu(const Tensor& y, const Tensor& mean, const Tensor& rstd, con
   });
 }
 
+// Sum of a row in double with independent lanes (vectorises as written).
+template <typename A>
+double lane_sum(const A* p, int64_t n) {
+  constexpr int kLanes = 8;
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += double(p[i + k]);
+  double s = 0;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  for (; i < n; ++i) s += double(p[i]);
+  return s;
+}
+
+// Per-thread row buffers in acc_t<T>.
+template <typename A>
+struct RowBuffers {
+  explicit RowBuffers(int64_t cols)
+      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols)),
+        gw_xhat(static_cast<size_t>(cols)) {}
+  std::vector<A> g, xhat, gw, gw_xhat;
+};
+
+// Rows [r0, r1): dx for each row, and dweight / dbias partial sums added into the
+// chunk's dw_part / db_part (null when not wanted). Simple loops over whole rows so each
+// one vectorises.
 template <typename T>
 void layer_norm_backward_rows(T* dx, double* dw_part, double* db_part, const T* g, const T* x,
                               const acc_t<T>* mean, const acc_t<T>* rstd, const acc_t<T>* w, int64_t r0,
-                              int64_t r1, int64_t cols, std::vector<acc_t<T>>& xhat) {
+                              int64_t r1, int64_t cols, RowBuffers<acc_t<T>>& buf) {
   using A = acc_t<T>;
   const double inv_cols = 1.0 / double(cols);
+  A* gb = buf.g.data();
+  A* xh = buf.xhat.data();
+  A* gw = buf.gw.data();
+  A* gwx = buf.gw_xhat.data();
   for (int64_t r = r0; r < r1; ++r) {
     const T* gr = g + r * cols;
     const T* xr = x + r * cols;
     const A m = mean[r], rs = rstd[r];
-    A* xh = xhat.data();
+    for (int64_t j = 0; j < cols; ++j) gb[j] = A(gr[j]);
     for (int64_t j = 0; j < cols; ++j) xh[j] = (A(xr[j]) - m) * rs;
     if (dw_part)
-      for (int64_t j = 0; j < cols; ++j) dw_part[j] += double(A(gr[j]) * xh[j]);
+      for (int64_t j = 0; j < cols; ++j) dw_part[j] += double(gb[j] * xh[j]);
     if (db_part)
-      for (int64_t j = 0; j < cols; ++j) db_part[j] += double(A(gr[j]));
+      for (int64_t j = 0; j < cols; ++j) db_part[j] += double(gb[j]);
     if (!dx) continue;
-    constexpr int kLanes = 8;
-    double sg[kLanes] = {}, sgx[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= cols; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) {
-        const A gw = w ? A(gr[i + k]) * w[i + k] : A(gr[i + k]);
-        sg[k] += double(gw);
-        sgx[k] += double(gw * xh[i + k]);
-      }
-    for (; i < cols; ++i) {
-      const A gw = w ? A(gr[i]) * w[i] : A(gr[i]);
-      sg[0] += double(gw);
-      sgx[0] += double(gw * xh[i]);
-    }
-    double mean_gw = 0, mean_gwx = 0;
-    for (int k = 0; k < kLanes; ++k) mean_gw += sg[k], mean_gwx += sgx[k];
-    const A a = A(mean_gw * inv_cols), c = A(mean_gwx * inv_cols);
-    T* dr = dx + r * cols;
     if (w) {
-      for (int64_t j = 0; j < cols; ++j) dr[j] = T(rs * (A(gr[j]) * w[j] - a - xh[j] * c));
+      for (int64_t j = 0; j < cols; ++j) gw[j] = gb[j] * w[j];
     } else {
-      for (int64_t j = 0; j < cols; ++j) dr[j] = T(rs * (A(gr[j]) - a - xh[j] * c));
+      for (int64_t j = 0; j < cols; ++j) gw[j] = gb[j];
     }
+    for (int64_t j = 0; j < cols; ++j) gwx[j] = gw[j] * xh[j];
+    const A a = A(lane_sum(gw, cols) * inv_cols), c = A(lane_sum(gwx, cols) * inv_cols);
+    T* dr = dx + r * cols;
+    for (int64_t j = 0; j < cols; ++j) dr[j] = T(rs * (gw[j] - a - xh[j] * c));
   }
 }
 
@@ -132,12 +148,12 @@ void layer_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tens
     T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
     const A* wp = weight.defined() ? weight.data_ptr<A>() : nullptr;
     parallel_for(0, nchunks, 1, [&](int64_t cb, int64_t ce) {
-      std::vector<A> xhat(static_cast<size_t>(cols));
+      RowBuffers<A> buf(cols);
       for (int64_t c = cb; c < ce; ++c) {
         layer_norm_backward_rows<T>(dxp, want_dw ? dw_part.data() + c * cols : nullptr,
                                     want_db ? db_part.data() + c * cols : nullptr, grad.data_ptr<T>(),
                                     x.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), wp,
-                                    c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), cols, xhat);
+                                    c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), cols, buf);
       }
     });
     // add the partials column by column, chunks in order

@@ -7,6 +7,7 @@
 // partial results are combined in order, so results never depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "core/native/reduce.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace ember {
 namespace {
@@ -38,6 +43,47 @@ O store_as(V v) {
 template <typename V> bool is_nan(V v) {
   if constexpr (std::is_floating_point_v<V>) return v != v;
   else return false;
+}
+
+// ---- half-precision rows are converted to float a block at a time
+
+constexpr int64_t kConvertBlock = 512;
+
+inline void to_float(const Half* p, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+#endif
+  for (; i < n; ++i) out[i] = float(p[i]);
+}
+inline void to_float(const BFloat16* p, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float(p[i]);
+}
+template <typename T> constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Folds fn(float block, length) over p in converted blocks.
+template <typename T, typename Fn>
+void for_float_blocks(const T* p, int64_t n, const Fn& fn) {
+  float buf[kConvertBlock];
+  for (int64_t b = 0; b < n; b += kConvertBlock) {
+    const int64_t len = std::min(kConvertBlock, n - b);
+    to_float(p + b, buf, len);
+    fn(static_cast<const float*>(buf), len);
+  }
+}
+
+// ---- 8-lane float vectors (GCC/Clang vector extensions). Float compares are kept away
+// from the auto-vectoriser by -ftrapping-math, so min/max use explicit lanes.
+
+using f8 = float __attribute__((vector_size(32)));
+using i8 = int32_t __attribute__((vector_size(32)));
+constexpr int64_t kLanes8 = 8;
+
+inline f8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 // ---- drivers
@@ -140,6 +186,11 @@ void run_reduction(const ReduceGeometry& g, const RowChunk& row_chunk, const Col
 template <typename T>
 sum_t<T> sum_contiguous(const T* p, int64_t n) {
   using S = sum_t<T>;
+  if constexpr (is_half_v<T>) {
+    S s = 0;
+    for_float_blocks(p, n, [&](const float* f, int64_t len) { s += sum_contiguous(f, len); });
+    return s;
+  }
   constexpr int kLanes = 8;
   S acc[kLanes] = {};
   int64_t i = 0;
@@ -189,9 +240,44 @@ void sum_kernel(const Tensor& out, const ReduceGeometry& g, bool mean) {
 
 template <typename V, bool IsMax> V pick(V a, V b) { return IsMax ? (b > a ? b : a) : (b < a ? b : a); }
 
+// Max (or min) of a float row, or NaN when the row holds one.
+template <bool IsMax>
+float extreme_float(const float* p, int64_t n) {
+  f8 m = f8{} + p[0];
+  i8 nan = i8{};
+  int64_t i = 0;
+  for (; i + kLanes8 <= n; i += kLanes8) {
+    const f8 v = load8(p + i);
+    nan |= v != v;
+    if constexpr (IsMax) m = v > m ? v : m;
+    else m = v < m ? v : m;
+  }
+  float best = m[0];
+  bool any_nan = false;
+  for (int k = 0; k < kLanes8; ++k) {
+    best = pick<float, IsMax>(best, m[k]);
+    any_nan |= nan[k] != 0;
+  }
+  for (; i < n; ++i) {
+    any_nan |= is_nan(p[i]);
+    best = pick<float, IsMax>(best, p[i]);
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : best;
+}
+
 template <typename T, bool IsMax>
 acc_t<T> extreme_contiguous(const T* p, int64_t n) {
   using V = acc_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    return extreme_float<IsMax>(p, n);
+  } else if constexpr (is_half_v<T>) {
+    float best = float(p[0]);
+    for_float_blocks(p, n, [&](const float* f, int64_t len) {
+      const float m = extreme_float<IsMax>(f, len);
+      best = is_nan(best) || is_nan(m) ? std::numeric_limits<float>::quiet_NaN() : pick<float, IsMax>(best, m);
+    });
+    return best;
+  }
   constexpr int kLanes = 16;
   V acc[kLanes];
   for (int k = 0; k < kLanes; ++k) acc[k] = V(p[0]);
@@ -274,17 +360,16 @@ void arg_kernel(const Tensor& out, const ReduceGeometry& g) {
   run_reduction<A>(
       g,
       [&](int64_t r, int64_t b, int64_t e) {
+        // the (vectorised) extreme first, then the first position that holds it
         const T* p = x + r * len;
-        A best{V(p[b]), b};
-        if (is_nan(best.value)) return best;
-        for (int64_t i = b + 1; i < e; ++i) {
-          const V v = V(p[i]);
-          if (better<V, IsMax>(v, best.value)) {
-            best = {v, i};
-            if (is_nan(v)) break;
-          }
+        const V m = extreme_contiguous<T, IsMax>(p + b, e - b);
+        int64_t i = b;
+        if (is_nan(m)) {
+          while (!is_nan(V(p[i]))) ++i;
+        } else {
+          while (!(V(p[i]) == m)) ++i;
         }
-        return best;
+        return A{m, i};
       },
       [&](A* buf, int64_t oi, int64_t r0, int64_t r1, int64_t b0, int64_t w) {
         const T* first = x + (oi * len + r0) * inner + b0;

@@ -1,11 +1,18 @@
 // CPU softmax and log-softmax, forward and backward, over the [outer, len, inner] geometry
-// of core/native/normalization.h. Values are computed in acc_t<T> (float for f32/f16/bf16,
-// double for f64); row sums accumulate in double. The max is subtracted before exp, so
-// large inputs never overflow. inner == 1 (softmax over the last dim) runs row by row;
-// otherwise blocks of columns are processed together so the inner loops vectorise.
+// of core/native/normalization.h.
+//
+// Everything runs on rows: with inner == 1 (softmax over the last dim, the attention case)
+// the rows are the tensor's own; otherwise a tile of columns is copied out transposed, run
+// through the same row code and copied back. f32/f16/bf16 rows are computed in float with
+// explicit 8-lane vectors (GCC/Clang vector extensions: the float compares in max and exp
+// would otherwise keep the auto-vectoriser away) and row sums accumulate in double;
+// f64 rows are computed in double. The row max is subtracted before exp, so large inputs
+// never overflow, and a NaN anywhere in a row makes the whole row NaN.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/native/normalization.h"
@@ -16,124 +23,227 @@ namespace ember {
 namespace {
 using native::SoftmaxGeometry;
 
-constexpr int64_t kColBlock = 64;
 constexpr int64_t kGrainElems = 8192;
+constexpr int64_t kColTile = 16;  // columns transposed into rows at a time
 
-// exp for float written so the compiler can vectorise it (std::exp is an opaque call):
-// exp(x) = 2^n * exp(r) with n = round(x / ln 2), |r| <= ln2 / 2 and a degree-6 polynomial
-// for exp(r); about 1 ulp. Results below ~1e-38 flush to 0; NaN stays NaN.
-inline float exp_vec(float x_in) {
-  float x = x_in < -87.3f ? -87.3f : x_in;  // below this the result is flushed to 0 at the end
-  x = x > 88.0f ? 88.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;  // ln 2 split in two parts for an exact reduction
+// ---- 8-lane float vectors
+
+using f8 = float __attribute__((vector_size(32)));
+using u8 = uint32_t __attribute__((vector_size(32)));
+using i8 = int32_t __attribute__((vector_size(32)));
+constexpr int64_t kLanes = 8;
+
+inline f8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+// The last n < 8 elements, padded with `fill`.
+inline f8 load_tail(const float* p, int64_t n, float fill) {
+  float buf[kLanes];
+  for (int64_t k = 0; k < kLanes; ++k) buf[k] = k < n ? p[k] : fill;
+  return load8(buf);
+}
+inline void store_tail(float* p, f8 v, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) p[k] = v[k];
+}
+inline double hsum(f8 v) {
+  double s = 0;
+  for (int k = 0; k < kLanes; ++k) s += double(v[k]);
+  return s;
+}
+
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with a degree-6 polynomial for
+// exp(r): about 1 ulp. Inputs below -87.3 give exactly 0 (so exp(-inf) = 0); NaN stays NaN.
+inline f8 exp8(f8 x_in) {
+  const f8 lo = f8{} - 87.3f, hi = f8{} + 88.0f;
+  f8 x = x_in < lo ? lo : x_in;
+  x = x > hi ? hi : x;
+  // adding 1.5 * 2^23 rounds to an integer, which then sits in the low mantissa bits
+  const f8 shifted = x * 1.44269504088896341f + 12582912.0f;
+  const f8 n = shifted - 12582912.0f;
+  f8 r = x - n * 0.693359375f;  // ln 2 in two parts, so the reduction is exact
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  f8 p = f8{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  // 2^n built from its exponent bits; the magic constant turns n into an integer without a cast
-  const float shifted = n + 12582912.0f;
-  uint32_t bits;
-  std::memcpy(&bits, &shifted, 4);
-  const uint32_t pow2 = (bits - 0x4B400000u + 127u) << 23;
-  float scale;
-  std::memcpy(&scale, &pow2, 4);
-  // exp(-inf) must be exactly 0 (masked attention scores)
-  return x_in < -87.3f ? 0.0f : er * scale;
+  const f8 er = p * r * r + r + 1.0f;
+  const u8 pow2 = (std::bit_cast<u8>(shifted) - 0x4B400000u + 127u) << 23;
+  return x_in < lo ? f8{} : er * std::bit_cast<f8>(pow2);
 }
-inline double exp_vec(double x) { return std::exp(x); }
 
-// ---- forward
+// Max of a float row, or NaN when the row holds one.
+float row_max(const float* v, int64_t n) {
+  f8 m = f8{} - std::numeric_limits<float>::infinity();
+  i8 nan = i8{};
+  int64_t i = 0;
+  auto step = [&](f8 x) {
+    nan |= x != x;
+    m = x > m ? x : m;
+  };
+  for (; i + kLanes <= n; i += kLanes) step(load8(v + i));
+  if (i < n) step(load_tail(v + i, n - i, -std::numeric_limits<float>::infinity()));
+  float best = m[0];
+  bool any_nan = false;
+  for (int k = 0; k < kLanes; ++k) {
+    best = m[k] > best ? m[k] : best;
+    any_nan |= nan[k] != 0;
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : best;
+}
 
-template <typename T>
-void softmax_rows(T* out, const T* x, int64_t rows, int64_t len, bool log) {
-  using A = acc_t<T>;
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(len, 1));
-  parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
-    std::vector<A> buf(static_cast<size_t>(len));
-    for (int64_t r = rb; r < re; ++r) {
-      const T* xr = x + r * len;
-      T* yr = out + r * len;
-      A* v = buf.data();
-      for (int64_t i = 0; i < len; ++i) v[i] = A(xr[i]);
-      A m = v[0];
-      bool nan = false;
-      for (int64_t i = 0; i < len; ++i) {
-        nan |= v[i] != v[i];
-        m = v[i] > m ? v[i] : m;
-      }
-      if (nan) m = std::numeric_limits<A>::quiet_NaN();
-      constexpr int kLanes = 8;
-      double acc[kLanes] = {};
-      int64_t i = 0;
-      if (log) {
-        for (; i + kLanes <= len; i += kLanes)
-          for (int k = 0; k < kLanes; ++k) acc[k] += double(exp_vec(A(v[i + k] - m)));
-        for (; i < len; ++i) acc[0] += double(exp_vec(A(v[i] - m)));
-      } else {
-        // keep exp(x - max) in buf for the normalisation pass
-        for (; i + kLanes <= len; i += kLanes)
-          for (int k = 0; k < kLanes; ++k) {
-            v[i + k] = exp_vec(A(v[i + k] - m));
-            acc[k] += double(v[i + k]);
-          }
-        for (; i < len; ++i) {
-          v[i] = exp_vec(A(v[i] - m));
-          acc[0] += double(v[i]);
-        }
-      }
-      double s = 0;
-      for (int k = 0; k < kLanes; ++k) s += acc[k];
-      if (log) {
-        // (x - max) is exact for nearby values; subtracting log(sum) after keeps small results accurate
-        const A log_sum = A(std::log(s));
-        for (int64_t j = 0; j < len; ++j) yr[j] = T((A(xr[j]) - m) - log_sum);
-      } else {
-        const A inv = A(1.0 / s);
-        for (int64_t j = 0; j < len; ++j) yr[j] = T(v[j] * inv);
-      }
+// Sums of a float row (or of elementwise products a*b) in double: float lanes are flushed
+// into double every block, so long rows keep double accuracy.
+constexpr int64_t kFlushEvery = 64 * kLanes;
+template <typename Load>
+double row_sum(int64_t n, const Load& load) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kFlushEvery) {
+    const int64_t e = std::min(n, b + kFlushEvery);
+    f8 acc = f8{};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes) acc += load(i, kLanes);
+    if (i < e) acc += load(i, e - i);
+    total += hsum(acc);
+  }
+  return total;
+}
+
+// Writes exp(v - m) into e and returns its sum.
+double exp_shifted(float* e, const float* v, int64_t n, float m) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kFlushEvery) {
+    const int64_t end = std::min(n, b + kFlushEvery);
+    f8 acc = f8{};
+    int64_t i = b;
+    for (; i + kLanes <= end; i += kLanes) {
+      const f8 x = exp8(load8(v + i) - m);
+      store8(e + i, x);
+      acc += x;
     }
-  });
+    if (i < end) {
+      const f8 x = exp8(load_tail(v + i, end - i, -std::numeric_limits<float>::infinity()) - m);
+      store_tail(e + i, x, end - i);
+      acc += x;
+    }
+    total += hsum(acc);
+  }
+  return total;
+}
+
+// ---- one row, in float (f32/f16/bf16 data) or double (f64)
+
+// y = softmax(x) or log_softmax(x); `scratch` holds n floats. x and y may alias.
+void softmax_row(float* y, const float* x, int64_t n, bool log, float* scratch) {
+  const float m = row_max(x, n);
+  const double s = exp_shifted(scratch, x, n, m);
+  if (log) {
+    // (x - max) is exact for nearby values; subtracting log(sum) after keeps small results accurate
+    const float log_sum = float(std::log(s));
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
+  } else {
+    const float inv = float(1.0 / s);
+    for (int64_t i = 0; i < n; ++i) y[i] = scratch[i] * inv;
+  }
+}
+
+void softmax_row(double* y, const double* x, int64_t n, bool log, double*) {
+  double m = x[0];
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    nan |= std::isnan(x[i]);
+    m = x[i] > m ? x[i] : m;
+  }
+  if (nan) m = std::numeric_limits<double>::quiet_NaN();
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
+  if (log) {
+    const double log_sum = std::log(s);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - m) / s;
+  }
+}
+
+// dx from g and y; dx may alias g.
+void softmax_backward_row(float* dx, const float* g, const float* y, int64_t n, bool log) {
+  if (log) {
+    const float gs = float(row_sum(n, [&](int64_t i, int64_t k) {
+      return k == kLanes ? load8(g + i) : load_tail(g + i, k, 0.0f);
+    }));
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) store8(dx + i, load8(g + i) - exp8(load8(y + i)) * gs);
+    if (i < n) store_tail(dx + i, load_tail(g + i, n - i, 0.0f) - exp8(load_tail(y + i, n - i, 0.0f)) * gs, n - i);
+  } else {
+    const float dot = float(row_sum(n, [&](int64_t i, int64_t k) {
+      return k == kLanes ? load8(g + i) * load8(y + i) : load_tail(g + i, k, 0.0f) * load_tail(y + i, k, 0.0f);
+    }));
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (g[i] - dot);
+  }
+}
+
+void softmax_backward_row(double* dx, const double* g, const double* y, int64_t n, bool log) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += log ? g[i] : g[i] * y[i];
+  if (log) {
+    for (int64_t i = 0; i < n; ++i) dx[i] = g[i] - std::exp(y[i]) * s;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (g[i] - s);
+  }
+}
+
+// ---- rows of T: converted to A = acc_t<T> in per-thread buffers unless T is A already
+
+template <typename A, typename T>
+const A* as_acc(const T* p, int64_t n, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<A, T>) {
+    return p;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = A(p[i]);
+    return buf.data();
+  }
 }
 
 template <typename T>
-void softmax_columns(T* out, const T* x, const SoftmaxGeometry& g, bool log) {
+void softmax_forward(T* out, const T* x, const SoftmaxGeometry& g, bool log) {
   using A = acc_t<T>;
   const int64_t len = g.len, inner = g.inner;
-  const int64_t nblocks = (inner + kColBlock - 1) / kColBlock;
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / (len * std::min(inner, kColBlock)));
-  parallel_for(0, g.outer * nblocks, grain, [&](int64_t tb, int64_t te) {
-    A m[kColBlock];
-    double s[kColBlock];
-    for (int64_t t = tb; t < te; ++t) {
-      const int64_t o = t / nblocks, b0 = (t % nblocks) * kColBlock;
-      const int64_t w = std::min(kColBlock, inner - b0);
-      const T* xb = x + o * len * inner + b0;
-      T* yb = out + o * len * inner + b0;
-      for (int64_t j = 0; j < w; ++j) m[j] = A(xb[j]);
-      for (int64_t r = 0; r < len; ++r)
-        for (int64_t j = 0; j < w; ++j) {
-          const A v = A(xb[r * inner + j]);
-          m[j] = (v > m[j] || v != v) ? v : m[j];  // NaN sticks: it compares false afterwards
+  if (inner == 1) {
+    const int64_t grain = std::max<int64_t>(1, kGrainElems / len);
+    parallel_for(0, g.outer, grain, [&](int64_t rb, int64_t re) {
+      std::vector<A> in_buf(static_cast<size_t>(len)), out_buf(static_cast<size_t>(len)), scratch(static_cast<size_t>(len));
+      for (int64_t r = rb; r < re; ++r) {
+        const A* xr = as_acc<A>(x + r * len, len, in_buf);
+        T* yr = out + r * len;
+        if constexpr (std::is_same_v<A, T>) {
+          softmax_row(yr, xr, len, log, scratch.data());
+        } else {
+          softmax_row(out_buf.data(), xr, len, log, scratch.data());
+          for (int64_t i = 0; i < len; ++i) yr[i] = T(out_buf[size_t(i)]);
         }
-      for (int64_t j = 0; j < w; ++j) s[j] = 0;
-      for (int64_t r = 0; r < len; ++r)
-        for (int64_t j = 0; j < w; ++j) s[j] += double(exp_vec(A(A(xb[r * inner + j]) - m[j])));
-      if (log) {
-        A log_sum[kColBlock];
-        for (int64_t j = 0; j < w; ++j) log_sum[j] = A(std::log(s[j]));
-        for (int64_t r = 0; r < len; ++r)
-          for (int64_t j = 0; j < w; ++j) yb[r * inner + j] = T((A(xb[r * inner + j]) - m[j]) - log_sum[j]);
-      } else {
-        A inv[kColBlock];
-        for (int64_t j = 0; j < w; ++j) inv[j] = A(1.0 / s[j]);
-        for (int64_t r = 0; r < len; ++r)
-          for (int64_t j = 0; j < w; ++j) yb[r * inner + j] = T(exp_vec(A(A(xb[r * inner + j]) - m[j])) * inv[j]);
       }
+    });
+    return;
+  }
+  // Softmax along a non-last dim: transpose a tile of columns into rows and back.
+  const int64_t tiles = (inner + kColTile - 1) / kColTile;
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / (len * std::min(inner, kColTile)));
+  parallel_for(0, g.outer * tiles, grain, [&](int64_t tb, int64_t te) {
+    std::vector<A> tile(static_cast<size_t>(kColTile * len)), scratch(static_cast<size_t>(len));
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t o = t / tiles, c0 = (t % tiles) * kColTile;
+      const int64_t w = std::min(kColTile, inner - c0);
+      const T* xb = x + o * len * inner + c0;
+      T* yb = out + o * len * inner + c0;
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t j = 0; j < w; ++j) tile[size_t(j * len + r)] = A(xb[r * inner + j]);
+      for (int64_t j = 0; j < w; ++j) softmax_row(tile.data() + j * len, tile.data() + j * len, len, log, scratch.data());
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t j = 0; j < w; ++j) yb[r * inner + j] = T(tile[size_t(j * len + r)]);
     }
   });
 }
@@ -141,80 +251,49 @@ void softmax_columns(T* out, const T* x, const SoftmaxGeometry& g, bool log) {
 void softmax_cpu(const Tensor& out, const Tensor& x, const SoftmaxGeometry& g, bool log) {
   visit_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* xp = x.data_ptr<T>();
-    T* op = out.data_ptr<T>();
-    if (g.inner == 1) softmax_rows(op, xp, g.outer, g.len, log);
-    else softmax_columns(op, xp, g, log);
-  });
-}
-
-// ---- backward
-
-template <typename T>
-void softmax_backward_rows(T* dx, const T* gy, const T* y, int64_t rows, int64_t len, bool log) {
-  using A = acc_t<T>;
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(len, 1));
-  parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
-    for (int64_t r = rb; r < re; ++r) {
-      const T* gr = gy + r * len;
-      const T* yr = y + r * len;
-      T* dr = dx + r * len;
-      constexpr int kLanes = 8;
-      double acc[kLanes] = {};
-      int64_t i = 0;
-      if (log) {
-        for (; i + kLanes <= len; i += kLanes)
-          for (int k = 0; k < kLanes; ++k) acc[k] += double(A(gr[i + k]));
-        for (; i < len; ++i) acc[0] += double(A(gr[i]));
-      } else {
-        for (; i + kLanes <= len; i += kLanes)
-          for (int k = 0; k < kLanes; ++k) acc[k] += double(A(gr[i + k]) * A(yr[i + k]));
-        for (; i < len; ++i) acc[0] += double(A(gr[i]) * A(yr[i]));
-      }
-      double s = 0;
-      for (int k = 0; k < kLanes; ++k) s += acc[k];
-      const A sa = A(s);
-      if (log) {
-        for (int64_t j = 0; j < len; ++j) dr[j] = T(A(gr[j]) - exp_vec(A(yr[j])) * sa);
-      } else {
-        for (int64_t j = 0; j < len; ++j) dr[j] = T(A(yr[j]) * (A(gr[j]) - sa));
-      }
-    }
+    softmax_forward(out.data_ptr<T>(), x.data_ptr<T>(), g, log);
   });
 }
 
 template <typename T>
-void softmax_backward_columns(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, bool log) {
+void softmax_backward(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, bool log) {
   using A = acc_t<T>;
   const int64_t len = g.len, inner = g.inner;
-  const int64_t nblocks = (inner + kColBlock - 1) / kColBlock;
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / (len * std::min(inner, kColBlock)));
-  parallel_for(0, g.outer * nblocks, grain, [&](int64_t tb, int64_t te) {
-    double s[kColBlock];
-    A sa[kColBlock];
+  if (inner == 1) {
+    const int64_t grain = std::max<int64_t>(1, kGrainElems / len);
+    parallel_for(0, g.outer, grain, [&](int64_t rb, int64_t re) {
+      std::vector<A> g_buf(static_cast<size_t>(len)), y_buf(static_cast<size_t>(len)), out_buf(static_cast<size_t>(len));
+      for (int64_t r = rb; r < re; ++r) {
+        const A* gr = as_acc<A>(gy + r * len, len, g_buf);
+        const A* yr = as_acc<A>(y + r * len, len, y_buf);
+        T* dr = dx + r * len;
+        if constexpr (std::is_same_v<A, T>) {
+          softmax_backward_row(dr, gr, yr, len, log);
+        } else {
+          softmax_backward_row(out_buf.data(), gr, yr, len, log);
+          for (int64_t i = 0; i < len; ++i) dr[i] = T(out_buf[size_t(i)]);
+        }
+      }
+    });
+    return;
+  }
+  const int64_t tiles = (inner + kColTile - 1) / kColTile;
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / (len * std::min(inner, kColTile)));
+  parallel_for(0, g.outer * tiles, grain, [&](int64_t tb, int64_t te) {
+    std::vector<A> g_tile(static_cast<size_t>(kColTile * len)), y_tile(static_cast<size_t>(kColTile * len));
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t o = t / nblocks, b0 = (t % nblocks) * kColBlock;
-      const int64_t w = std::min(kColBlock, inner - b0);
-      const int64_t base = o * len * inner + b0;
-      for (int64_t j = 0; j < w; ++j) s[j] = 0;
-      for (int64_t r = 0; r < len; ++r) {
-        const T* gr = gy + base + r * inner;
-        const T* yr = y + base + r * inner;
-        if (log)
-          for (int64_t j = 0; j < w; ++j) s[j] += double(A(gr[j]));
-        else
-          for (int64_t j = 0; j < w; ++j) s[j] += double(A(gr[j]) * A(yr[j]));
-      }
-      for (int64_t j = 0; j < w; ++j) sa[j] = A(s[j]);
-      for (int64_t r = 0; r < len; ++r) {
-        const T* gr = gy + base + r * inner;
-        const T* yr = y + base + r * inner;
-        T* dr = dx + base + r * inner;
-        if (log)
-          for (int64_t j = 0; j < w; ++j) dr[j] = T(A(gr[j]) - exp_vec(A(yr[j])) * sa[j]);
-        else
-          for (int64_t j = 0; j < w; ++j) dr[j] = T(A(yr[j]) * (A(gr[j]) - sa[j]));
-      }
+      const int64_t o = t / tiles, c0 = (t % tiles) * kColTile;
+      const int64_t w = std::min(kColTile, inner - c0);
+      const int64_t base = o * len * inner + c0;
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t j = 0; j < w; ++j) {
+          g_tile[size_t(j * len + r)] = A(gy[base + r * inner + j]);
+          y_tile[size_t(j * len + r)] = A(y[base + r * inner + j]);
+        }
+      for (int64_t j = 0; j < w; ++j)
+        softmax_backward_row(g_tile.data() + j * len, g_tile.data() + j * len, y_tile.data() + j * len, len, log);
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t j = 0; j < w; ++j) dx[base + r * inner + j] = T(g_tile[size_t(j * len + r)]);
     }
   });
 }
@@ -223,11 +302,7 @@ void softmax_backward_cpu(const Tensor& grad_in, const Tensor& grad_out, const T
                           bool log) {
   visit_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* dx = grad_in.data_ptr<T>();
-    const T* gy = grad_out.data_ptr<T>();
-    const T* yp = y.data_ptr<T>();
-    if (g.inner == 1) softmax_backward_rows(dx, gy, yp, g.outer, g.len, log);
-    else softmax_backward_columns(dx, gy, yp, g, log);
+    softmax_backward(grad_in.data_ptr<T>(), grad_out.data_ptr<T>(), y.data_ptr<T>(), g, log);
   });
 }
 

@@ -184,6 +184,7 @@ Json parse_json(std::string_view text, const std::string& source) {
   } catch (const Json::exception& e) {
     EMBER_FAIL(source, ": invalid JSON: ", without_exception_tag(e.what()));
   }
+  if (duplicate.size() > 100) duplicate = duplicate.substr(0, 97) + "...";
   EMBER_CHECK(duplicate.empty(), source, ": invalid JSON: duplicate key '", duplicate, "'");
   return out;
 }

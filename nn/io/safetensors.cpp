@@ -51,7 +51,18 @@ int alignment_rank(DType t) {
   return 0;
 }
 
-std::string describe(const json& v) { return std::string(json_type_name(v)) + " " + v.dump(); }
+// A value as JSON text for messages, cut short so a hostile header cannot make them huge.
+std::string clipped(const json& v) {
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 61) + "...";
+  return text;
+}
+
+// A tensor name or key for messages, cut short like clipped().
+std::string shown(const std::string& name) { return name.size() > 100 ? name.substr(0, 97) + "..." : name; }
+
+// "integer -2", "string \"1\"", ...
+std::string describe(const json& v) { return std::string(json_type_name(v)) + " " + clipped(v); }
 
 // Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as the reference
 // checks before parsing. Returns the offset of the first bad byte, or npos.
@@ -124,9 +135,9 @@ DType parse_dtype(const json& v, const std::string& where, const std::string& na
   for (DType t : kEmberDtypes)
     if (code == safetensors_dtype_code(t)) return t;
   for (const char* foreign : kForeignDtypeCodes)
-    EMBER_CHECK(code != foreign, where, "tensor '", name, "': dtype '", code,
+    EMBER_CHECK(code != foreign, where, "tensor '", name, "': dtype '", shown(code),
                 "' is not supported (Ember reads F32, F64, F16, BF16, I32, I64 and BOOL)");
-  EMBER_FAIL(where, "tensor '", name, "': unknown dtype '", code, "'");
+  EMBER_FAIL(where, "tensor '", name, "': unknown dtype '", shown(code), "'");
 }
 
 // A JSON integer in [0, 2^63); anything else is reported through `fail`.
@@ -153,7 +164,7 @@ Shape parse_shape(const json& v, const std::string& where, const std::string& na
     else nonzero_product *= d;
     shape.push_back(int64_t(std::min(d, kInt64Max)));
   }
-  EMBER_CHECK(!overflow, where, "tensor '", name, "': shape ", v.dump(),
+  EMBER_CHECK(!overflow, where, "tensor '", name, "': shape ", clipped(v),
               " has more elements than a 64-bit count can hold");
   numel = has_zero ? 0 : nonzero_product;
   return shape;
@@ -170,7 +181,7 @@ void parse_metadata(const json& v, const std::string& where, std::map<std::strin
   if (v.is_null()) return;
   EMBER_CHECK(v.is_object(), where, "'__metadata__' must be an object of strings, got ", describe(v));
   for (const auto& [key, value] : v.items()) {
-    EMBER_CHECK(value.is_string(), where, "'__metadata__' field '", key, "' must be a string, got ",
+    EMBER_CHECK(value.is_string(), where, "'__metadata__' field '", shown(key), "' must be a string, got ",
                 describe(value));
     out.emplace(key, value.get<std::string>());
   }
@@ -188,28 +199,29 @@ SafetensorsHeader parse_header(std::string_view text, uint64_t buffer_bytes, con
       parse_metadata(entry, where, header.metadata);
       continue;
     }
-    EMBER_CHECK(entry.is_object(), where, "tensor '", name, "': entry must be an object, got ", describe(entry));
+    const std::string label = shown(name);
+    EMBER_CHECK(entry.is_object(), where, "tensor '", label, "': entry must be an object, got ", describe(entry));
     SafetensorsEntry e;
-    e.dtype = parse_dtype(required_field(entry, "dtype", where, name), where, name);
+    e.dtype = parse_dtype(required_field(entry, "dtype", where, label), where, label);
     uint64_t numel = 0;
-    e.shape = parse_shape(required_field(entry, "shape", where, name), where, name, numel);
+    e.shape = parse_shape(required_field(entry, "shape", where, label), where, label, numel);
     const uint64_t elem = dtype_size(e.dtype);
-    EMBER_CHECK(numel <= kInt64Max / elem, where, "tensor '", name, "': shape ", e.shape, " of ",
+    EMBER_CHECK(numel <= kInt64Max / elem, where, "tensor '", label, "': shape ", e.shape, " of ",
                 safetensors_dtype_code(e.dtype), " needs more bytes than a 64-bit count can hold");
     const uint64_t nbytes = numel * elem;
 
-    const json& offsets = required_field(entry, "data_offsets", where, name);
+    const json& offsets = required_field(entry, "data_offsets", where, label);
     uint64_t begin = 0, end = 0;
     EMBER_CHECK(offsets.is_array() && offsets.size() == 2 && as_index(offsets[0], begin) &&
                     as_index(offsets[1], end),
-                where, "tensor '", name, "': 'data_offsets' must be [begin, end] with non-negative "
+                where, "tensor '", label, "': 'data_offsets' must be [begin, end] with non-negative "
                 "integers, got ", describe(offsets));
-    EMBER_CHECK(begin <= end, where, "tensor '", name, "': data_offsets [", begin, ", ", end,
+    EMBER_CHECK(begin <= end, where, "tensor '", label, "': data_offsets [", begin, ", ", end,
                 "] have begin > end");
-    EMBER_CHECK(end - begin == nbytes, where, "tensor '", name, "': data_offsets [", begin, ", ", end,
+    EMBER_CHECK(end - begin == nbytes, where, "tensor '", label, "': data_offsets [", begin, ", ", end,
                 "] span ", end - begin, " bytes but shape ", e.shape, " of ", safetensors_dtype_code(e.dtype),
                 " needs ", nbytes, " bytes");
-    EMBER_CHECK(end <= buffer_bytes, where, "tensor '", name, "': data_offsets [", begin, ", ", end,
+    EMBER_CHECK(end <= buffer_bytes, where, "tensor '", label, "': data_offsets [", begin, ", ", end,
                 "] run past the end of the data buffer (", buffer_bytes, " bytes)");
     e.begin = int64_t(begin);
     e.end = int64_t(end);
@@ -226,10 +238,10 @@ SafetensorsHeader parse_header(std::string_view text, uint64_t buffer_bytes, con
   int64_t covered = 0;
   const std::string* previous = nullptr;
   for (const auto& [name, e] : order) {
-    EMBER_CHECK(e->begin >= covered, where, "tensors '", *previous, "' and '", *name, "' overlap: '", *name,
-                "' starts at byte ", e->begin, " before '", *previous, "' ends at byte ", covered);
+    EMBER_CHECK(e->begin >= covered, where, "tensors '", shown(*previous), "' and '", shown(*name), "' overlap: '",
+                shown(*name), "' starts at byte ", e->begin, " before '", shown(*previous), "' ends at byte ", covered);
     EMBER_CHECK(e->begin == covered, where, "bytes [", covered, ", ", e->begin, ") of the data buffer belong "
-                "to no tensor (gap before '", *name, "'); safetensors requires tensors to cover the buffer "
+                "to no tensor (gap before '", shown(*name), "'); safetensors requires tensors to cover the buffer "
                 "without gaps");
     covered = e->end;
     previous = name;
@@ -262,7 +274,7 @@ SafetensorsHeader read_header(const InputFile& file, const std::string& where) {
 void check_bool_bytes(const Tensor& t, const std::string& where, const std::string& name) {
   const auto* p = static_cast<const unsigned char*>(t.raw_data());
   for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    EMBER_CHECK(p[i] <= 1, where, "tensor '", name, "': BOOL element ", i, " has byte value ", int(p[i]),
+    EMBER_CHECK(p[i] <= 1, where, "tensor '", shown(name), "': BOOL element ", i, " has byte value ", int(p[i]),
                 " (must be 0 or 1)");
 }
 
@@ -296,7 +308,7 @@ SafetensorsFile load_safetensors_with_metadata(const std::string& path) {
   for (const auto& [name, e] : header.tensors) {
     Tensor t = make_tensor(e.shape, e.dtype, Device::cpu());
     const uint64_t nbytes = uint64_t(e.end - e.begin);
-    if (nbytes) file.read_at(t.raw_data(), nbytes, uint64_t(header.data_start + e.begin), "tensor '" + name + "'");
+    if (nbytes) file.read_at(t.raw_data(), nbytes, uint64_t(header.data_start + e.begin), "tensor '" + shown(name) + "'");
     if (e.dtype == DType::boolean) check_bool_bytes(t, where, name);
     out.tensors.emplace(name, std::move(t));
   }
@@ -340,6 +352,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
     EMBER_FAIL(where, "a tensor name or metadata string is not valid UTF-8");
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data buffer 8-byte aligned
+  EMBER_CHECK(text.size() <= kMaxHeaderBytes, where, "the header would be ", text.size(), " bytes, more than the ",
+              kMaxHeaderBytes, " that safetensors readers accept (too many or too long tensor names?)");
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 

@@ -162,6 +162,7 @@ def verify(directory):
         print("FAIL:", msg)
 
     for fname, want in manifest["files"].items():
+        failures_before = failures
         path = os.path.join(directory, fname)
         with open(path, "rb") as f:
             data = f.read()
@@ -176,9 +177,13 @@ def verify(directory):
                 continue
             g = got[name]
             code = DTYPE_CODES.get(g["dtype"], g["dtype"])
-            if code != w["dtype"] or list(g["shape"]) != w["shape"] or bytes(g["data"]).hex() != w["hex"]:
-                fail(f"{fname}: tensor {name!r}: got {code} {g['shape']} {bytes(g['data']).hex()[:64]}, "
-                     f"want {w['dtype']} {w['shape']} {w['hex'][:64]}")
+            if code != w["dtype"] or list(g["shape"]) != w["shape"]:
+                fail(f"{fname}: tensor {name!r}: got {code} {g['shape']}, want {w['dtype']} {w['shape']}")
+            got_hex = bytes(g["data"]).hex()
+            if got_hex != w["hex"]:
+                at = next((i for i, (a, b) in enumerate(zip(got_hex, w["hex"])) if a != b), min(len(got_hex), len(w["hex"])))
+                fail(f"{fname}: tensor {name!r}: bytes differ from byte {at // 2} "
+                     f"(got {got_hex[at:at + 16]}..., want {w['hex'][at:at + 16]}...)")
         with safe_open(path, framework="numpy") as f:
             meta = f.metadata() or {}
         if meta != want["metadata"]:
@@ -188,14 +193,16 @@ def verify(directory):
             arrays = load_file(path)
             for name, w in want["tensors"].items():
                 flat = [json_value(v) for v in arrays[name].reshape(-1)]
-                if flat != w["values"]:
-                    fail(f"{fname}: tensor {name!r}: numpy values {flat[:8]} != {w['values'][:8]}")
+                bad = [i for i, (a, b) in enumerate(zip(flat, w["values"])) if a != b]
+                if len(flat) != len(w["values"]) or bad:
+                    i = bad[0] if bad else min(len(flat), len(w["values"]))
+                    fail(f"{fname}: tensor {name!r}: numpy value {i} is {flat[i:i + 1]}, want {w['values'][i:i + 1]}")
         same_as = want.get("same_bytes_as")
         if same_as:
             with open(os.path.join(GOLDEN_DIR, same_as), "rb") as f:
                 if f.read() != data:
                     fail(f"{fname}: bytes differ from the reference-written {same_as}")
-        print("ok" if not failures else "..", fname)
+        print("ok  " if failures == failures_before else "FAILED", fname)
     if failures:
         print(failures, "failure(s)")
         sys.exit(1)

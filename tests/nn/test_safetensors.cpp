@@ -347,7 +347,8 @@ TEST(SafetensorsWriter, MatchesReferenceBytesForKnownExamples) {
 TEST(SafetensorsWriter, OrdersByAlignmentThenNameAndAlignsEveryTensor) {
   TempDir dir;
   std::map<std::string, Tensor> in;
-  const char* names[] = {"z", "a", "m"};
+  const char* names[] = {"z", "a", "m"};  // written out of order; expected back sorted
+  const char* sorted_names[] = {"a", "m", "z"};
   for (DType dt : kAllDtypes)
     for (const char* n : names) in[std::string(n) + "." + dtype_name(dt)] = sample({3}, dt, false);
   save_safetensors(dir.file("o.safetensors"), in);
@@ -363,7 +364,7 @@ TEST(SafetensorsWriter, OrdersByAlignmentThenNameAndAlignsEveryTensor) {
   for (const auto& p : by_offset) order.push_back(p.second);
   std::vector<std::string> want;
   for (DType dt : {DType::i64, DType::f64, DType::f32, DType::i32, DType::bf16, DType::f16, DType::boolean})
-    for (const char* n : names) want.push_back(std::string(n) + "." + dtype_name(dt));
+    for (const char* n : sorted_names) want.push_back(std::string(n) + "." + dtype_name(dt));
   EXPECT_EQ(order, want);
 }
 
@@ -712,6 +713,20 @@ TEST_F(SafetensorsBadInput, BoolByteOtherThanZeroOrOne) {
   const std::string p = put(st_file("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}",
                                     std::string("\x01\x02\x00", 3)));
   EXPECT_EMBER_ERROR(load_safetensors(p), p, "tensor 'm': BOOL element 1 has byte value 2 (must be 0 or 1)");
+}
+
+TEST_F(SafetensorsBadInput, LongNamesAreShortenedInMessages) {
+  std::string entry = "\"";
+  entry.append(5000, 'w').append("\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}");
+  const std::string p = put(st_file(object_of({entry}), std::string(4, '\0')));
+  try {
+    load_safetensors(p);
+    ADD_FAILURE() << "expected ember::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tensor '" + std::string(97, 'w') + "...': unknown dtype 'Q7'"), std::string::npos) << msg;
+    EXPECT_LT(msg.size(), 400u);
+  }
 }
 
 // Files the reference accepts load here too.

@@ -392,6 +392,11 @@ TEST(ElementwiseBinary, ErrorsNameTheOpAndShapes) {
   EXPECT_EMBER_ERROR(zeros({2}, {DType::i32}).mul_(0.5), "mul", "int32");
   EXPECT_EMBER_ERROR(add(zeros({2}, {DType::i64}), zeros({2}, {DType::i64}), 0.5), "add", "alpha", "0.5");
   EXPECT_EMBER_ERROR(sub(zeros({2}, {DType::boolean}), zeros({2}, {DType::boolean})), "sub", "bool");
+  Tensor expanded = zeros({3, 1}).expand({3, 4});
+  EXPECT_EMBER_ERROR(expanded.add_(ones({3, 4})), "add", "[3, 4]", "expanded");
+  EXPECT_EMBER_ERROR(expanded.mul_(2.0), "mul", "[3, 4]", "expanded");
+  EXPECT_EMBER_ERROR(masked_fill(zeros({2}, {DType::i64}), from_vector<bool>({true, false}), NAN), "masked_fill",
+                     "nan", "int64");
 }
 
 // ---- gradients (float64 finite differences)
@@ -438,7 +443,7 @@ TEST(ElementwiseBinary, GradcheckWhereAndMaskedFill) {
     Tensor a = random_tensor(sa, DType::f64), b = random_tensor(sb, DType::f64, true);
     SCOPED_TRACE(::testing::Message() << shape_str(cond.shape()) << " " << shape_str(sa) << " " << shape_str(sb));
     EXPECT_TRUE(grad_ok([&](auto& x, auto& y) { return where(cond, x, y); }, a, b));
-    Tensor mask = gt(random_tensor({sa.back()}), 0.0);
+    Tensor mask = gt(random_tensor(sa.empty() ? Shape{} : Shape{sa.back()}), 0.0);  // broadcast over rows
     EXPECT_TRUE(grad_ok([&](auto& x, auto& y) { return add(masked_fill(x, mask, 7.0), y); }, a, b));
   }
 }

@@ -27,7 +27,7 @@ Tensor random_index(const Shape& shape, int64_t high, DType dtype = DType::i64, 
   if (non_contiguous && !big.empty()) big.back() *= 2;
   std::vector<int64_t> v(size_t(numel_of(big)));
   for (auto& x : v) x = high > 0 ? uniform_int(0, high - 1) : 0;
-  Tensor t = from_vector(v, big).to(dtype);
+  Tensor t = from_vector(v, {int64_t(v.size())}).reshape(big).to(dtype);
   if (non_contiguous && !shape.empty()) t = t.slice(-1, 0, big.back(), 2);
   return t;
 }
@@ -112,6 +112,9 @@ TEST(Stack, MatchesReferenceOnRandomShapes) {
     SCOPED_TRACE(::testing::Message() << "shape " << shape_str(shape) << " dim " << dim);
     EXPECT_TRUE(all_close(stack(xs, dim), ref::stack(rs, dim), 0, 0));
   }
+  Tensor scalars = stack({scalar_tensor(1.0), scalar_tensor(2.0)}, -1);
+  EXPECT_EQ(scalars.shape(), (Shape{2}));
+  EXPECT_EQ(scalars.to_vector<float>(), (std::vector<float>{1, 2}));
 }
 
 TEST(Split, PiecesMatchReferenceAndAreViews) {

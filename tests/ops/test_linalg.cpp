@@ -198,6 +198,13 @@ TEST(Matmul, GemmSizedProductsMatchReferenceAtOneAndTwoThreads) {
     EXPECT_TRUE(matmul_matches_reference(random_tensor({16, 9, 7}), random_tensor({16, 7, 5})));
     EXPECT_TRUE(matmul_matches_reference(random_tensor({3, 96, 80}), random_tensor({3, 80, 72})));
     EXPECT_TRUE(matmul_matches_reference(random_tensor({3, 96, 80}), random_tensor({1, 80, 72}).expand({3, 80, 72})));
+    // one product split across threads by rows (m >= n) or by columns, each operand layout
+    for (Layout la : {Layout::Contiguous, Layout::TransposedPadded})
+      for (Layout lb : {Layout::Contiguous, Layout::TransposedPadded}) {
+        EXPECT_TRUE(matmul_matches_reference(operand({300, 64}, DType::f32, la), operand({64, 40}, DType::f32, lb)));
+        EXPECT_TRUE(matmul_matches_reference(operand({40, 64}, DType::f32, la), operand({64, 300}, DType::f32, lb)));
+        EXPECT_TRUE(matmul_matches_reference(operand({97, 33}, DType::f64, la), operand({33, 301}, DType::f64, lb)));
+      }
   }
 }
 

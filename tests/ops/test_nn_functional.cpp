@@ -24,14 +24,14 @@ bool coin() { return uniform_int(0, 1) == 1; }
 Tensor random_index(const Shape& shape, int64_t high, DType dtype = DType::i64) {
   std::vector<int64_t> v(size_t(numel_of(shape)));
   for (auto& x : v) x = uniform_int(0, high - 1);
-  return from_vector(v, shape).to(dtype);
+  return from_vector(v, {int64_t(v.size())}).reshape(shape).to(dtype);
 }
 
 // Class targets in [0, classes), about a quarter replaced by ignore_index.
 Tensor random_target(const Shape& shape, int64_t classes, int64_t ignore_index) {
   std::vector<int64_t> v(size_t(numel_of(shape)));
   for (auto& x : v) x = uniform_int(0, 3) == 0 ? ignore_index : uniform_int(0, classes - 1);
-  return from_vector(v, shape);
+  return from_vector(v, {int64_t(v.size())}).reshape(shape);
 }
 
 const char* reduction_name(Reduction r) {
@@ -240,7 +240,7 @@ TEST(CrossEntropy, MatchesReferenceForAllLayoutsAndOptions) {
           EXPECT_EQ(loss.dtype(), dtype);
           EXPECT_TRUE(all_close(loss, expected, tol, tol));
           if (std::isnan(loss.to_vector<double>()[0]) && red == Reduction::Mean) continue;  // nothing to backprop
-          Tensor g = red == Reduction::None ? random_tensor(tshape, dtype) : scalar_tensor(1.5, {dtype});
+          Tensor g = red == Reduction::None ? random_tensor(tshape, dtype).reshape(tshape) : scalar_tensor(1.5, {dtype});
           loss.backward(g);
           const auto expected_grad = ref::cross_entropy_backward(ref::from_tensor(logits), ref::from_tensor(target),
                                                                  ref::from_tensor(g), ignore_index, smoothing, red);

@@ -241,7 +241,9 @@ TEST(LayerNorm, BackwardKernelMatchesReference) {
         EXPECT_EQ(w.grad().dtype(), dt);
         EXPECT_TRUE(all_close(w.grad(), ref.dweight, tol, tol * std::sqrt(rows))) << "dweight";
       }
-      if (c.bias) EXPECT_TRUE(all_close(b.grad(), ref.dbias, tol, tol * std::sqrt(rows))) << "dbias";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(b.grad(), ref.dbias, tol, tol * std::sqrt(rows))) << "dbias";
+      }
     }
   }
 }

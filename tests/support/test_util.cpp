@@ -38,7 +38,8 @@ Tensor random_tensor(const Shape& shape, DType dtype, bool non_contiguous, doubl
   auto fill = [&](const Shape& s) {
     std::vector<double> v(size_t(numel_of(s)));
     for (auto& x : v) x = dist(rng());
-    return from_vector(v, s).to(dtype);
+    Tensor t = from_vector(v, {int64_t(v.size())});
+    return t.reshape(s).to(dtype);  // reshape({}) gives the 0-d case
   };
   if (!non_contiguous || shape.empty()) return fill(shape);
   // Build a bigger buffer with the last two dims swapped and every dim padded, then view it.

@@ -1,0 +1,63 @@
+// The thread pool: coverage of every index, nesting, exceptions, resizing, concurrent callers.
+#include <atomic>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace ember;
+
+TEST(Parallel, EveryIndexRunsExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<std::atomic<int>> hits(10007);
+    parallel_for(0, 10007, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << threads << " threads";
+  }
+  set_num_threads(2);
+}
+
+TEST(Parallel, ResizingRepeatedlyNeverLosesAJob) {
+  // A job posted right after the pool is rebuilt must reach the fresh workers.
+  for (int round = 0; round < 200; ++round) {
+    set_num_threads(1);
+    set_num_threads(2);
+    std::atomic<int64_t> total{0};
+    parallel_for(0, 1000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    ASSERT_EQ(total.load(), 1000) << "round " << round;
+  }
+}
+
+TEST(Parallel, NestedCallsRunInlineAndExceptionsPropagate) {
+  set_num_threads(2);
+  std::atomic<int> inner{0};
+  parallel_for(0, 4, 1, [&](int64_t b, int64_t e) {
+    EXPECT_TRUE(in_parallel_region());
+    parallel_for(0, 10, 1, [&](int64_t b2, int64_t e2) { inner += int(e2 - b2); });
+  });
+  EXPECT_EQ(inner.load(), 20);
+  EXPECT_FALSE(in_parallel_region());
+  EXPECT_EMBER_ERROR(parallel_for(0, 100, 1,
+                                  [&](int64_t b, int64_t e) {
+                                    if (b > 0) throw Error("chunk failed at " + std::to_string(b));
+                                  }),
+                     "chunk failed");
+  // the pool still works afterwards
+  std::atomic<int> n{0};
+  parallel_for(0, 100, 1, [&](int64_t b, int64_t e) { n += int(e - b); });
+  EXPECT_EQ(n.load(), 100);
+  EXPECT_EMBER_ERROR(set_num_threads(0), "set_num_threads");
+}
+
+TEST(Parallel, ConcurrentCallersFromSeveralThreadsAllFinish) {
+  set_num_threads(2);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int r = 0; r < 50; ++r) parallel_for(0, 1000, 10, [&](int64_t b, int64_t e) { total += e - b; });
+    });
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total.load(), 4 * 50 * 1000);
+}

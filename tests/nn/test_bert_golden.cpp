@@ -1,0 +1,291 @@
+// BERT against PyTorch + Hugging Face transformers: checkpoints saved by transformers load here
+// and give the same logits, loss, gradients and AdamW trajectory on a padded batch; checkpoints
+// saved here reload identically and carry transformers' key names. The golden files come from
+// tests/golden/make_bert_golden.py (see tests/golden/README.md); no Python is needed to run this.
+//
+// Tolerances: the generating script checks that its float32 values agree with a float64 run to
+// 1e-5 of each tensor's largest magnitude, so float32 rounding stays well inside the 1e-4 used here.
+// Errors are measured as max |actual - expected| / max |expected| over a tensor, which stays
+// meaningful for tensors with elements near zero.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "nn/io/safetensors.h"
+#include "nn/models/pretrained.h"
+#include "optim/sgd_adam.h"
+#include "test_util.h"
+
+using namespace ember;
+using namespace ember::nn;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+constexpr int kAdamWSteps = 3;
+
+std::string golden_dir() { return std::string(EMBER_SOURCE_DIR) + "/tests/golden/bert"; }
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "ember_bert_golden_XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// max |actual - expected| / max |expected| (absolute when expected is all zero).
+::testing::AssertionResult close_to_golden(const std::string& what, const Tensor& actual, const Tensor& expected,
+                                           double tol = kTol) {
+  if (!actual.defined()) return ::testing::AssertionFailure() << what << ": no value (undefined tensor)";
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << what << ": shape " << shape_str(actual.shape()) << " vs golden "
+                                         << shape_str(expected.shape());
+  const std::vector<double> a = actual.to_vector<double>();
+  const std::vector<double> e = expected.to_vector<double>();
+  double scale = 0.0, worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < e.size(); ++i) scale = std::max(scale, std::abs(e[i]));
+  for (size_t i = 0; i < e.size(); ++i) {
+    const double d = std::abs(a[i] - e[i]);
+    if (!(d <= worst)) {  // also catches NaN
+      worst = d;
+      worst_at = i;
+    }
+  }
+  const double rel = worst / (scale > 0 ? scale : 1.0);
+  if (rel <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": max |diff| / max |golden| = " << rel << " > " << tol
+                                       << " (worst at flat index " << worst_at << ": " << a[worst_at]
+                                       << " vs golden " << e[worst_at] << ", golden max magnitude " << scale << ")";
+}
+
+struct Golden {
+  std::map<std::string, Tensor> t;
+  explicit Golden(const std::string& kind) : t(load_safetensors(golden_dir() + "/expected_" + kind + ".safetensors")) {}
+  const Tensor& at(const std::string& name) const {
+    auto it = t.find(name);
+    if (it == t.end()) throw std::runtime_error("golden file lacks " + name);
+    return it->second;
+  }
+  // Entries "<prefix><parameter name>", with the prefix stripped.
+  std::vector<std::pair<std::string, Tensor>> with_prefix(const std::string& prefix) const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& [k, v] : t)
+      if (k.rfind(prefix, 0) == 0) out.emplace_back(k.substr(prefix.size()), v);
+    return out;
+  }
+};
+
+template <typename M>
+ModelOutput run(M& model, const Golden& g, bool with_labels = true) {
+  return model.forward(g.at("input_ids"), g.at("attention_mask"), g.at("token_type_ids"),
+                       with_labels ? g.at("labels") : Tensor());
+}
+
+double max_abs(const Tensor& t) { return amax(abs(t)).item<double>(); }
+float scalar(const Tensor& t) { return t.item<float>(); }
+
+// Mathematically zero (softmax ignores a shift shared by every key): only rounding noise.
+bool is_key_bias(const std::string& name) { return name.find(".attention.self.key.bias") != std::string::npos; }
+
+template <typename M> struct Kind;
+template <> struct Kind<BertForMaskedLM> {
+  static constexpr const char* name = "mlm";
+  static constexpr const char* architecture = "BertForMaskedLM";
+};
+template <> struct Kind<BertForSequenceClassification> {
+  static constexpr const char* name = "cls";
+  static constexpr const char* architecture = "BertForSequenceClassification";
+};
+
+template <typename M>
+class BertGolden : public ::testing::Test {
+ protected:
+  std::string kind() const { return Kind<M>::name; }
+  std::string checkpoint() const { return golden_dir() + "/" + kind(); }
+  std::shared_ptr<M> load() const { return from_pretrained<M>(checkpoint()); }
+};
+
+using Models = ::testing::Types<BertForMaskedLM, BertForSequenceClassification>;
+class ModelNames {
+ public:
+  template <typename T> static std::string GetName(int) { return Kind<T>::name; }
+};
+TYPED_TEST_SUITE(BertGolden, Models, ModelNames);
+
+TYPED_TEST(BertGolden, LoadsTransformersCheckpointCompletely) {
+  const BertConfig cfg = BertConfig::from_json_file(this->checkpoint() + "/config.json");
+  EXPECT_EQ(cfg.vocab_size, 512);
+  EXPECT_EQ(cfg.hidden_size, 32);
+  EXPECT_EQ(cfg.num_hidden_layers, 2);
+  EXPECT_EQ(cfg.num_attention_heads, 4);
+  EXPECT_EQ(cfg.intermediate_size, 64);
+  EXPECT_EQ(cfg.max_position_embeddings, 64);
+  EXPECT_EQ(cfg.hidden_act, "gelu");
+  EXPECT_EQ(cfg.hidden_dropout_prob, 0.0);
+  EXPECT_EQ(cfg.layer_norm_eps, 1e-12);
+  EXPECT_EQ(cfg.num_labels, 2);
+  TypeParam model(cfg);
+  const LoadReport r = load_pretrained_weights(model, this->checkpoint());
+  EXPECT_TRUE(r.unexpected_keys.empty()) << r.str();
+  // transformers stores the tied decoder once, as the word embeddings and cls.predictions.bias.
+  for (const auto& k : r.missing_keys)
+    EXPECT_TRUE(k == "cls.predictions.decoder.weight" || k == "cls.predictions.decoder.bias") << "missing " << k;
+  // Every stored tensor was copied in.
+  for (const auto& [name, value] : load_safetensors(this->checkpoint() + "/model.safetensors"))
+    EXPECT_TRUE(close_to_golden(name, model.state_dict().at(name), value, 0.0));
+}
+
+TYPED_TEST(BertGolden, ForwardMatchesTransformers) {
+  const Golden g(this->kind());
+  auto model = this->load();
+  model->eval();
+  ModelOutput out = run(*model, g);
+  EXPECT_TRUE(close_to_golden("logits", out.logits, g.at("logits")));
+  EXPECT_TRUE(close_to_golden("loss", out.loss, g.at("loss")));
+  // Training mode (dropout probabilities are 0) and no labels give the same logits.
+  model->train();
+  EXPECT_TRUE(close_to_golden("logits (train mode)", run(*model, g, false).logits, g.at("logits")));
+  EXPECT_FALSE(run(*model, g, false).loss.defined());
+}
+
+TYPED_TEST(BertGolden, GradientsMatchTransformers) {
+  const Golden g(this->kind());
+  auto model = this->load();
+  ModelOutput out = run(*model, g);
+  out.loss.backward();
+  const auto grads = g.with_prefix("grad.");
+  EXPECT_EQ(grads.size(), model->named_parameters().size()) << "the golden file has one gradient per parameter";
+  for (const auto& [name, expected] : grads) {
+    Tensor grad = model->parameter(name).grad();
+    if (is_key_bias(name)) {
+      ASSERT_TRUE(grad.defined()) << name;
+      EXPECT_LT(max_abs(grad), 1e-6) << name << " should be rounding noise around zero";
+      EXPECT_LT(max_abs(expected), 1e-6) << name;
+      continue;
+    }
+    EXPECT_TRUE(close_to_golden("grad " + name, grad, expected));
+  }
+}
+
+TYPED_TEST(BertGolden, AdamWStepsMatchTransformers) {
+  const Golden g(this->kind());
+  auto model = this->load();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  std::vector<float> losses;
+  for (int step = 0; step < kAdamWSteps; ++step) {
+    opt.zero_grad();
+    Tensor loss = run(*model, g).loss;
+    losses.push_back(scalar(loss));
+    loss.backward();
+    opt.step();
+  }
+  EXPECT_TRUE(close_to_golden("losses before each step", from_vector(losses, {kAdamWSteps}), g.at("adamw_losses")));
+  const auto params = g.with_prefix("adamw.");
+  EXPECT_GE(params.size(), 6u);
+  for (const auto& [name, expected] : params) {
+    // The step must have moved the parameter well beyond the tolerance for this to test anything.
+    const Tensor before = load_safetensors(this->checkpoint() + "/model.safetensors").at(name);
+    EXPECT_FALSE(close_to_golden(name, before, expected)) << name << " barely moved";
+    EXPECT_TRUE(close_to_golden("after AdamW " + name, model->parameter(name), expected));
+  }
+  if constexpr (std::is_same_v<TypeParam, BertForMaskedLM>) {
+    // The tied decoder followed the word embeddings.
+    EXPECT_TRUE(close_to_golden("decoder weight", model->decoder_weight,
+                                g.at("adamw.bert.embeddings.word_embeddings.weight")));
+  }
+}
+
+TYPED_TEST(BertGolden, SavePretrainedReloadsIdenticallyWithTransformersKeys) {
+  const Golden g(this->kind());
+  auto model = this->load();
+  model->eval();
+  TempDir dir;
+  save_pretrained(*model, model->config, dir.path(), Kind<TypeParam>::architecture);
+  auto reloaded = from_pretrained<TypeParam>(dir.path());
+  reloaded->eval();
+  const Tensor a = run(*model, g).logits, b = run(*reloaded, g).logits;
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  EXPECT_EQ(scalar(run(*model, g).loss), scalar(run(*reloaded, g).loss));
+  // Same tensor names, shapes and dtypes as the checkpoint transformers wrote.
+  const auto ours = read_safetensors_header(dir.path() + "/model.safetensors").tensors;
+  const auto theirs = read_safetensors_header(this->checkpoint() + "/model.safetensors").tensors;
+  std::set<std::string> our_keys, their_keys;
+  for (const auto& [k, e] : ours) our_keys.insert(k);
+  for (const auto& [k, e] : theirs) their_keys.insert(k);
+  EXPECT_EQ(our_keys, their_keys);
+  for (const auto& [k, e] : theirs) {
+    if (!ours.count(k)) continue;
+    EXPECT_EQ(ours.at(k).shape, e.shape) << k;
+    EXPECT_EQ(ours.at(k).dtype, e.dtype) << k;
+  }
+  const BertConfig cfg = BertConfig::from_json_file(dir.path() + "/config.json");
+  EXPECT_EQ(cfg.architectures, std::vector<std::string>{Kind<TypeParam>::architecture});
+  EXPECT_EQ(cfg.num_labels, model->config.num_labels);
+  EXPECT_EQ(cfg.layer_norm_eps, model->config.layer_norm_eps);
+}
+
+// Writes, after the AdamW steps (so the weights differ from the golden checkpoint), an Ember
+// checkpoint and Ember's logits for make_bert_golden.py --verify to check in transformers. Writes
+// into $EMBER_BERT_EXPORT_DIR/<kind> when set, else into a scratch directory.
+TYPED_TEST(BertGolden, ExportForPythonVerify) {
+  TempDir scratch;
+  const char* env = std::getenv("EMBER_BERT_EXPORT_DIR");
+  const std::string out = (env && *env ? std::string(env) : scratch.path()) + "/" + this->kind();
+  const Golden g(this->kind());
+  auto model = this->load();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  for (int step = 0; step < kAdamWSteps; ++step) {
+    opt.zero_grad();
+    run(*model, g).loss.backward();
+    opt.step();
+  }
+  model->eval();
+  save_pretrained(*model, model->config, out, Kind<TypeParam>::architecture);
+  const Tensor logits = run(*model, g, false).logits;
+  save_safetensors(out + "/ember_outputs.safetensors",
+                   {{"input_ids", g.at("input_ids")},
+                    {"attention_mask", g.at("attention_mask")},
+                    {"token_type_ids", g.at("token_type_ids")},
+                    {"logits", logits}});
+  EXPECT_TRUE(fs::exists(out + "/config.json"));
+  EXPECT_FALSE(close_to_golden("logits after training", logits, g.at("logits")))
+      << "training should have changed the logits";
+}
+
+// The sparse prediction head scores only labelled positions: same loss, and each logits row is
+// the full head's row at that position.
+TEST(BertGoldenSparse, SparsePredictionMatchesDenseHead) {
+  const Golden g("mlm");
+  auto model = from_pretrained<BertForMaskedLM>(golden_dir() + "/mlm");
+  model->eval();
+  model->sparse_prediction = true;
+  ModelOutput out = run(*model, g);
+  EXPECT_TRUE(close_to_golden("loss", out.loss, g.at("loss")));
+  const std::vector<int64_t> labels = g.at("labels").to_vector<int64_t>();
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] != -100) rows.push_back(int64_t(i));
+  ASSERT_EQ(out.logits.size(0), int64_t(rows.size()));
+  const Tensor full = g.at("logits").reshape({-1, 512});
+  const Tensor picked = index_select(full, 0, from_vector(rows, {int64_t(rows.size())}));
+  EXPECT_TRUE(close_to_golden("sparse logits", out.logits, picked));
+}
+
+}  // namespace
