@@ -27,18 +27,19 @@ usage: bench/compare_bert_train.sh [options] [-- extra flags for both programs]
   --no-build         do not configure/build; the binary must already exist
   --timeout SEC      kill a run that takes longer (0 = never)               (0)
   --raw FILE         also append every JSON result line to FILE
+  --peer-python PATH interpreter for the PyTorch peer                       (/usr/bin/python3)
   -h, --help         this text
 
 Flags after `--` (e.g. -- --vocab 8000 --seed 3) go to both programs unchanged.
-PyTorch runs as /usr/bin/python3 with the settings of the reference peer; Ember runs with
-the caller's plain environment.
+PyTorch runs under the settings of the reference peer (shared/peer/README.md); Ember runs
+with the caller's plain environment.
 EOF
 }
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 configs=bert-mini tasks=mlm,cls dtypes=f32 threads_list=2
 batch=16 seq=128 warmup=3 steps=10 rounds=3 stat=best
-build_dir="$repo_root/build" ember_bin="" no_build=0 timeout_s=0 raw_file=""
+build_dir="$repo_root/build" ember_bin="" no_build=0 timeout_s=0 raw_file="" peer_python=/usr/bin/python3
 extra=()
 
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "compare_bert_train: $1 needs a value" >&2; exit 2; }; }
@@ -59,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --no-build) no_build=1; shift ;;
     --timeout) need_value "$@"; timeout_s=$2; shift 2 ;;
     --raw) need_value "$@"; raw_file=$2; shift 2 ;;
+    --peer-python) need_value "$@"; peer_python=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "compare_bert_train: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -102,12 +104,12 @@ fi
 peer_script="$repo_root/bench/bert_train_peer.py"
 peer_cmd=(env -u OPENBLAS_CORETYPE
           GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-          OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 "$peer_script")
+          OMP_WAIT_POLICY=PASSIVE "$peer_python" "$peer_script")
 peer_ok=1 peer_note=""
-if [[ ! -x /usr/bin/python3 ]]; then
-  peer_ok=0 peer_note="/usr/bin/python3 not found"
-elif ! /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
-  peer_ok=0 peer_note="/usr/bin/python3 cannot import torch (apt-get install python3-torch libopenblas0-pthread)"
+if [[ ! -x $peer_python ]]; then
+  peer_ok=0 peer_note="$peer_python not found"
+elif ! "$peer_python" -c 'import torch' >/dev/null 2>&1; then
+  peer_ok=0 peer_note="$peer_python cannot import torch (apt-get install python3-torch libopenblas0-pthread)"
 fi
 (( peer_ok )) || log "PyTorch peer skipped: $peer_note"
 

@@ -4,6 +4,17 @@
 
 #include "core/error.h"
 
+// Under AddressSanitizer, cached blocks and the slack past each request are poisoned, so reads
+// or writes past a tensor's bytes or into a freed tensor are still reported despite the cache.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define EMBER_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define EMBER_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define EMBER_POISON(p, n) ((void)(p), (void)(n))
+#define EMBER_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace ember {
 
 size_t CpuCachingAllocator::round_size(size_t n) {
@@ -31,6 +42,7 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
       ++stats_.num_cache_hits;
       stats_.bytes_in_use += int64_t(size);
       stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+      EMBER_UNPOISON(p, nbytes);
       return p;
     }
   }
@@ -41,6 +53,7 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
   }
   EMBER_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes (",
               double(nbytes) / (1 << 20), " MiB)");
+  EMBER_POISON(static_cast<char*>(p) + nbytes, size - nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_reserved += int64_t(size);
   stats_.bytes_in_use += int64_t(size);
@@ -51,6 +64,7 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
 void CpuCachingAllocator::deallocate(void* ptr, size_t nbytes) {
   if (!ptr) return;
   const size_t size = round_size(nbytes);
+  EMBER_POISON(ptr, size);
   std::lock_guard<std::mutex> lock(mu_);
   free_blocks_[size].push_back(ptr);
   stats_.bytes_in_use -= int64_t(size);
@@ -69,7 +83,10 @@ void CpuCachingAllocator::reset_peak() {
 void CpuCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [size, blocks] : free_blocks_) {
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) {
+      EMBER_UNPOISON(p, size);
+      std::free(p);
+    }
     stats_.bytes_reserved -= int64_t(size * blocks.size());
     blocks.clear();
   }

@@ -17,7 +17,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined() || g.numel() == 0) continue;
-    Tensor a = abs(g.to(DType::f32));
+    // Norms in the gradient's own precision (f64 stays f64); half types are widened to f32.
+    Tensor a = abs(g.dtype() == DType::f64 ? g : g.to(DType::f32));
     if (inf_norm) {
       total = std::max(total, amax(a).item<double>());
     } else if (norm_type == 2.0) {

@@ -13,8 +13,12 @@ bash scripts/install_deps.sh
 if ! command -v nvcc >/dev/null && [[ -d /usr/local/cuda/bin ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-# The compiler cache lives inside the build folder, so any clone keeps its own warm cache.
-export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build/.ccache}"
+# One compiler cache per machine, shared by every clone: paths are hashed relative to the
+# repository root, so a fresh clone of the same sources compiles from the cache.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ember-ccache}"
+export CCACHE_BASEDIR="$ROOT"
+export CCACHE_NOHASHDIR=true
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_EXAMPLES=ON

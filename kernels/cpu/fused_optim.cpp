@@ -11,18 +11,21 @@ namespace {
 template <typename P, typename G>
 void adam_loop(P* p, const G* g, P* m, P* v, int64_t n, const native::AdamStepArgs& a) {
   using A = acc_t<P>;
-  const A lr = A(a.lr), b1 = A(a.beta1), b2 = A(a.beta2), eps = A(a.eps), wd = A(a.weight_decay);
-  const A step_size = lr / A(a.bias_correction1);
+  // Coefficients are formed in double and rounded once, as PyTorch does: 1 - 0.999f in float
+  // would already be off by 1e-5 relative.
+  const A b1 = A(a.beta1), b2 = A(a.beta2), eps = A(a.eps);
+  const A one_minus_b1 = A(1.0 - a.beta1), one_minus_b2 = A(1.0 - a.beta2);
+  const A step_size = A(a.lr / a.bias_correction1);
   const A bc2_sqrt = A(std::sqrt(a.bias_correction2));
   const A scale = A(a.grad_scale);
-  const A decay = a.decoupled ? A(1) - lr * wd : A(1);
-  const A l2 = a.decoupled ? A(0) : wd;
+  const A decay = A(a.decoupled ? 1.0 - a.lr * a.weight_decay : 1.0);
+  const A l2 = A(a.decoupled ? 0.0 : a.weight_decay);
   parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       A pi = A(p[i]);
       A gi = A(acc_t<G>(g[i])) * scale + l2 * pi;
-      A mi = b1 * A(m[i]) + (A(1) - b1) * gi;
-      A vi = b2 * A(v[i]) + (A(1) - b2) * gi * gi;
+      A mi = b1 * A(m[i]) + one_minus_b1 * gi;
+      A vi = b2 * A(v[i]) + one_minus_b2 * gi * gi;
       pi = pi * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
       p[i] = P(pi);
       m[i] = P(mi);
@@ -53,12 +56,12 @@ void sgd_cpu(const Tensor& param, const Tensor& grad, const Tensor& buf, const n
       P* p = param.data_ptr<P>();
       const G* g = grad.data_ptr<G>();
       P* mb = buf.defined() ? buf.data_ptr<P>() : nullptr;
-      const A lr = A(a.lr), mom = A(a.momentum), damp = A(a.dampening), wd = A(a.weight_decay);
+      const A lr = A(a.lr), mom = A(a.momentum), one_minus_damp = A(1.0 - a.dampening), wd = A(a.weight_decay);
       parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           A d = A(acc_t<G>(g[i])) + wd * A(p[i]);
           if (mb) {
-            const A m = a.first_step ? d : mom * A(mb[i]) + (A(1) - damp) * d;
+            const A m = a.first_step ? d : mom * A(mb[i]) + one_minus_damp * d;
             mb[i] = P(m);
             d = a.nesterov ? d + mom * m : m;
           }

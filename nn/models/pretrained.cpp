@@ -1,6 +1,7 @@
 #include "nn/models/pretrained.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "nn/io/safetensors.h"
@@ -59,6 +60,14 @@ LoadReport load_pretrained_weights(Module& model, const std::string& dir) {
   for (const auto& k : r.unexpected_keys)
     if (!tolerated_unexpected(k)) errors.unexpected_keys.push_back(k);
   EMBER_CHECK(errors.ok(), "from_pretrained('", dir, "'): the checkpoint does not match the model: ", errors.str());
+  std::string fresh;
+  for (const auto& k : r.missing_keys)
+    if (k.rfind("classifier.", 0) == 0 || k.rfind("bert.pooler.", 0) == 0) fresh += (fresh.empty() ? "" : ", ") + k;
+  if (!fresh.empty()) {
+    // As transformers warns: these weights were not in the checkpoint and keep their fresh initialisation.
+    std::fprintf(stderr, "from_pretrained('%s'): newly initialized (train them before use): %s\n", dir.c_str(),
+                 fresh.c_str());
+  }
   return r;
 }
 

@@ -2,7 +2,7 @@
 """Golden files for Ember's BERT (tests/nn/test_bert_golden.cpp), made with PyTorch and Hugging Face
 transformers, and a check that checkpoints written by Ember load in transformers.
 
-Produced with Debian's /usr/bin/python3 (3.11.2), torch 1.13.0a0 (Debian python3-torch),
+Produced with Debian's /usr/bin/python3 (3.11.2), torch 1.13.0a0 (Debian python3-torch 1.13.1+dfsg-4),
 transformers 4.45.2 and safetensors 0.8.0 (pip). See tests/golden/README.md.
 
   /usr/bin/python3 tests/golden/make_bert_golden.py              # rewrites tests/golden/bert/
