@@ -25,15 +25,26 @@ void for_each_line(const Shape& shape, int64_t dim, Fn fn) {
   }
 }
 
+// The largest value m on a line and sum(exp(x - m)) over it: the stable softmax denominator.
+struct LineExpSum {
+  double max;
+  double sum;
+};
+
+LineExpSum line_exp_sum(const RefTensor& x, const std::vector<int64_t>& pos) {
+  double m = -INFINITY;
+  for (int64_t p : pos) m = std::max(m, x.data[size_t(p)]);
+  double s = 0;
+  for (int64_t p : pos) s += std::exp(x.data[size_t(p)] - m);
+  return {m, s};
+}
+
 }  // namespace
 
 RefTensor softmax(const RefTensor& x, int64_t dim) {
   RefTensor out(x.shape);
   for_each_line(x.shape, dim, [&](const std::vector<int64_t>& pos) {
-    double m = -INFINITY;
-    for (int64_t p : pos) m = std::max(m, x.data[size_t(p)]);
-    double s = 0;
-    for (int64_t p : pos) s += std::exp(x.data[size_t(p)] - m);
+    const auto [m, s] = line_exp_sum(x, pos);
     for (int64_t p : pos) out.data[size_t(p)] = std::exp(x.data[size_t(p)] - m) / s;
   });
   return out;
@@ -42,10 +53,7 @@ RefTensor softmax(const RefTensor& x, int64_t dim) {
 RefTensor log_softmax(const RefTensor& x, int64_t dim) {
   RefTensor out(x.shape);
   for_each_line(x.shape, dim, [&](const std::vector<int64_t>& pos) {
-    double m = -INFINITY;
-    for (int64_t p : pos) m = std::max(m, x.data[size_t(p)]);
-    double s = 0;
-    for (int64_t p : pos) s += std::exp(x.data[size_t(p)] - m);
+    const auto [m, s] = line_exp_sum(x, pos);
     const double lse = m + std::log(s);
     for (int64_t p : pos) out.data[size_t(p)] = x.data[size_t(p)] - lse;
   });
@@ -78,6 +86,22 @@ int64_t normalized_size(const RefTensor& x, int64_t normalized_ndim) {
   for (int64_t k = x.dim() - normalized_ndim; k < x.dim(); ++k) n *= x.shape[size_t(k)];
   return n;
 }
+
+// Mean and 1 / sqrt(biased variance + eps) of the n values at xr.
+struct RowMoments {
+  double mean;
+  double rstd;
+};
+
+RowMoments row_moments(const double* xr, int64_t n, double eps) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m += xr[i];
+  m /= double(n);
+  double v = 0;
+  for (int64_t i = 0; i < n; ++i) v += (xr[i] - m) * (xr[i] - m);
+  v /= double(n);
+  return {m, 1.0 / std::sqrt(v + eps)};
+}
 }  // namespace
 
 RefTensor layer_norm(const RefTensor& x, int64_t normalized_ndim, const RefTensor* weight,
@@ -87,13 +111,7 @@ RefTensor layer_norm(const RefTensor& x, int64_t normalized_ndim, const RefTenso
   RefTensor out(x.shape);
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x.data.data() + r * n;
-    double m = 0;
-    for (int64_t i = 0; i < n; ++i) m += xr[i];
-    m /= double(n);
-    double v = 0;
-    for (int64_t i = 0; i < n; ++i) v += (xr[i] - m) * (xr[i] - m);
-    v /= double(n);
-    const double rstd = 1.0 / std::sqrt(v + eps);
+    const auto [m, rstd] = row_moments(xr, n, eps);
     for (int64_t i = 0; i < n; ++i) {
       double y = (xr[i] - m) * rstd;
       if (weight) y *= weight->data[size_t(i)];
@@ -114,13 +132,7 @@ LayerNormGrads layer_norm_backward(const RefTensor& g, const RefTensor& x, int64
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x.data.data() + r * n;
     const double* gr = g.data.data() + r * n;
-    double m = 0;
-    for (int64_t i = 0; i < n; ++i) m += xr[i];
-    m /= double(n);
-    double v = 0;
-    for (int64_t i = 0; i < n; ++i) v += (xr[i] - m) * (xr[i] - m);
-    v /= double(n);
-    const double rstd = 1.0 / std::sqrt(v + eps);
+    const auto [m, rstd] = row_moments(xr, n, eps);
     double mean_gw = 0, mean_gw_xhat = 0;
     for (int64_t i = 0; i < n; ++i) {
       xhat[size_t(i)] = (xr[i] - m) * rstd;

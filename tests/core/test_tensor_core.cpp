@@ -207,6 +207,8 @@ TEST(TensorCore, RandomNonContiguousHelperMatchesShape) {
     Shape s = ember::testing::random_shape(3, 4, true);
     Tensor t = ember::testing::random_tensor(s, DType::f32, true);
     EXPECT_EQ(t.shape(), s);
-    if (t.numel() > 1 && s[1] > 1 && s[2] > 1) EXPECT_FALSE(t.is_contiguous());
+    if (t.numel() > 1 && s[1] > 1 && s[2] > 1) {
+      EXPECT_FALSE(t.is_contiguous());
+    }
   }
 }

@@ -7,8 +7,6 @@
 // 1e-5 of each tensor's largest magnitude, so float32 rounding stays well inside the 1e-4 used here.
 // Errors are measured as max |actual - expected| / max |expected| over a tensor, which stays
 // meaningful for tensors with elements near zero.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +21,7 @@
 
 using namespace ember;
 using namespace ember::nn;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -31,23 +30,6 @@ constexpr double kTol = 1e-4;
 constexpr int kAdamWSteps = 3;
 
 std::string golden_dir() { return std::string(EMBER_SOURCE_DIR) + "/tests/golden/bert"; }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ember_bert_golden_XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // max |actual - expected| / max |expected| (absolute when expected is all zero).
 ::testing::AssertionResult close_to_golden(const std::string& what, const Tensor& actual, const Tensor& expected,
@@ -216,7 +198,7 @@ TYPED_TEST(BertGolden, SavePretrainedReloadsIdenticallyWithTransformersKeys) {
   const Golden g(this->kind());
   auto model = this->load();
   model->eval();
-  TempDir dir;
+  TempDir dir{"ember_bert_golden"};
   save_pretrained(*model, model->config, dir.path(), Kind<TypeParam>::architecture);
   auto reloaded = from_pretrained<TypeParam>(dir.path());
   reloaded->eval();
@@ -245,7 +227,7 @@ TYPED_TEST(BertGolden, SavePretrainedReloadsIdenticallyWithTransformersKeys) {
 // checkpoint and Ember's logits for make_bert_golden.py --verify to check in transformers. Writes
 // into $EMBER_BERT_EXPORT_DIR/<kind> when set, else into a scratch directory.
 TYPED_TEST(BertGolden, ExportForPythonVerify) {
-  TempDir scratch;
+  TempDir scratch{"ember_bert_golden"};
   const char* env = std::getenv("EMBER_BERT_EXPORT_DIR");
   const std::string out = (env && *env ? std::string(env) : scratch.path()) + "/" + this->kind();
   const Golden g(this->kind());

@@ -10,27 +10,10 @@
 
 using namespace ember;
 using namespace ember::nn;
+using ember::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ember_json_config_XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -167,7 +150,7 @@ TEST(JsonConfig, ParseErrorsNameTheSource) {
 }
 
 TEST(JsonConfig, LoadErrorsNameThePath) {
-  TempDir dir;
+  TempDir dir{"ember_json_config"};
   const std::string missing = dir.file("config.json");
   EXPECT_EMBER_ERROR(JsonConfig::load(missing), "cannot open '" + missing + "'", "No such file or directory");
   EXPECT_EMBER_ERROR(JsonConfig::load(dir.path()), "cannot read '" + dir.path() + "': not a regular file");
@@ -179,7 +162,7 @@ TEST(JsonConfig, LoadErrorsNameThePath) {
 }
 
 TEST(JsonConfig, SaveWritesSortedPrettyJsonAtomically) {
-  TempDir dir;
+  TempDir dir{"ember_json_config"};
   const std::string path = dir.file("config.json");
   JsonConfig c;
   c.set("vocab_size", 30522).set("model_type", "bert").set("layer_norm_eps", 1e-12).set("hidden_dropout_prob", 0.1);
@@ -218,7 +201,7 @@ TEST(JsonConfig, SaveWritesSortedPrettyJsonAtomically) {
 }
 
 TEST(JsonConfig, SaveRefusesInvalidUtf8AndMissingDirectory) {
-  TempDir dir;
+  TempDir dir{"ember_json_config"};
   JsonConfig c;
   c.set("bad", std::string("\xff"));
   EXPECT_EMBER_ERROR(c.dump(), "<config>: cannot write JSON", "UTF-8");

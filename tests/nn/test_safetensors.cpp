@@ -22,34 +22,11 @@
 using namespace ember;
 using namespace ember::nn;
 using ember::testing::random_tensor;
+using ember::testing::TempDir;
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ember_safetensors_XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -167,7 +144,7 @@ TEST(SafetensorsGolden, LoadBitExactly) {
 }
 
 TEST(SafetensorsGolden, RewriteIsByteIdenticalToReference) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   int checked = 0;
   const Json expected = golden_expected();
   for (const auto& [fname, want] : expected["files"].items()) {
@@ -200,7 +177,7 @@ TEST(SafetensorsGolden, HeaderDescribesLayout) {
 // Writes files for `make_safetensors_golden.py --verify DIR` (DIR from EMBER_SAFETENSORS_EXPORT_DIR,
 // else a temporary directory) and checks them here too.
 TEST(SafetensorsGolden, ExportForPythonVerify) {
-  TempDir scratch;
+  TempDir scratch{"ember_safetensors"};
   const char* env = std::getenv("EMBER_SAFETENSORS_EXPORT_DIR");
   const std::string out = env && *env ? std::string(env) : scratch.path();
   fs::create_directories(out);
@@ -239,7 +216,7 @@ TEST(SafetensorsGolden, ExportForPythonVerify) {
 // ---------------------------------------------------------------- round trips
 
 TEST(SafetensorsRoundTrip, EveryDtypeContiguousAndStrided) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   for (DType dt : kAllDtypes) {
     for (bool strided : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (strided ? " strided" : " contiguous"));
@@ -266,7 +243,7 @@ TEST(SafetensorsRoundTrip, EveryDtypeContiguousAndStrided) {
 }
 
 TEST(SafetensorsRoundTrip, ViewsAreWrittenInLogicalOrder) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   Tensor base = arange(12, {DType::f32}).view({3, 4});
   std::map<std::string, Tensor> in = {
       {"transposed", base.t()},                                           // strides [1, 4]
@@ -288,7 +265,7 @@ TEST(SafetensorsRoundTrip, ViewsAreWrittenInLogicalOrder) {
 }
 
 TEST(SafetensorsRoundTrip, TensorsThatRequireGradAndSharedStorage) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   Tensor w = random_tensor({4, 4}).requires_grad_();
   std::map<std::string, Tensor> in = {{"w", w}, {"tied", w}, {"row", w.select(0, 1)}};
   save_safetensors(dir.file("g.safetensors"), in);
@@ -300,7 +277,7 @@ TEST(SafetensorsRoundTrip, TensorsThatRequireGradAndSharedStorage) {
 }
 
 TEST(SafetensorsRoundTrip, Metadata) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"empty", ""}, {"unicode ✓", "välue \"quoted\"\n\ttab"}, {"__metadata__", "x"}};
   save_safetensors(dir.file("m.safetensors"), {{"x", ones({2})}}, meta);
@@ -316,7 +293,7 @@ TEST(SafetensorsRoundTrip, Metadata) {
 
 TEST(SafetensorsRoundTrip, CudaTensorsAreCopiedToHost) {
   if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device";
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   Tensor host = random_tensor({5, 7});
   Tensor dev = host.to(Device::cuda());
   save_safetensors(dir.file("c.safetensors"), {{"d", dev}, {"dt", dev.t()}});
@@ -329,7 +306,7 @@ TEST(SafetensorsRoundTrip, CudaTensorsAreCopiedToHost) {
 // ---------------------------------------------------------------- writer layout
 
 TEST(SafetensorsWriter, MatchesReferenceBytesForKnownExamples) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   // The reference's own serialization tests: an empty file, with and without metadata.
   save_safetensors(dir.file("e.safetensors"), {});
   EXPECT_EQ(read_bytes(dir.file("e.safetensors")), le64(8) + "{}      ");
@@ -345,7 +322,7 @@ TEST(SafetensorsWriter, MatchesReferenceBytesForKnownExamples) {
 }
 
 TEST(SafetensorsWriter, OrdersByAlignmentThenNameAndAlignsEveryTensor) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   std::map<std::string, Tensor> in;
   const char* names[] = {"z", "a", "m"};  // written out of order; expected back sorted
   const char* sorted_names[] = {"a", "m", "z"};
@@ -369,7 +346,7 @@ TEST(SafetensorsWriter, OrdersByAlignmentThenNameAndAlignsEveryTensor) {
 }
 
 TEST(SafetensorsWriter, HeaderIsPaddedWithSpacesToEightBytes) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   for (int len = 1; len <= 9; ++len) {
     const std::string name(size_t(len), 'n');
     save_safetensors(dir.file("p.safetensors"), {{name, ones({1})}});
@@ -386,7 +363,7 @@ TEST(SafetensorsWriter, HeaderIsPaddedWithSpacesToEightBytes) {
 }
 
 TEST(SafetensorsWriter, RefusesWhatCannotBeWritten) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::string p = dir.file("r.safetensors");
   EXPECT_EMBER_ERROR(save_safetensors(p, {{"x", Tensor()}}), "save_safetensors", p, "tensor 'x' is undefined");
   EXPECT_EMBER_ERROR(save_safetensors(p, {{"__metadata__", ones({1})}}), p, "'__metadata__' is reserved");
@@ -399,7 +376,7 @@ TEST(SafetensorsWriter, RefusesWhatCannotBeWritten) {
 // ---------------------------------------------------------------- atomic writes and write errors
 
 TEST(SafetensorsAtomicWrite, ReplacesExistingFileAndLeavesNoTemporaries) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::string p = dir.file("model.safetensors");
   save_safetensors(p, {{"x", ones({3})}});
   save_safetensors(p, {{"y", zeros({2}, {DType::i64})}});
@@ -410,7 +387,7 @@ TEST(SafetensorsAtomicWrite, ReplacesExistingFileAndLeavesNoTemporaries) {
 }
 
 TEST(SafetensorsAtomicWrite, MissingDirectoryNamesThePath) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::string p = dir.file("no/such/dir/model.safetensors");
   EXPECT_EMBER_ERROR(save_safetensors(p, {{"x", ones({1})}}), "save_safetensors", p, "cannot create a temporary file",
                      "No such file or directory");
@@ -449,7 +426,7 @@ class FileSizeCap {
 };
 
 TEST(SafetensorsAtomicWrite, FailedWriteRaisesAndKeepsTheOldFile) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::string p = dir.file("model.safetensors");
   save_safetensors(p, {{"old", full({4}, 7.0)}});
   const std::string before = read_bytes(p);
@@ -466,7 +443,7 @@ TEST(SafetensorsAtomicWrite, FailedWriteRaisesAndKeepsTheOldFile) {
 }
 
 TEST(SafetensorsAtomicWrite, AtomicFileDiscardsUncommittedWork) {
-  TempDir dir;
+  TempDir dir{"ember_safetensors"};
   const std::string p = dir.file("state.bin");
   write_file_atomically(p, "first");
   {
@@ -494,7 +471,7 @@ class SafetensorsBadInput : public ::testing::Test {
     write_bytes(p, bytes);
     return p;
   }
-  TempDir dir_;
+  TempDir dir_{"ember_safetensors"};
 };
 
 // Both entry points refuse, with a message naming the file and the problem.

@@ -9,6 +9,7 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::kFloatTypes;
 using ember::testing::random_broadcast_pair;
 using ember::testing::random_tensor;
 using ember::testing::rng;
@@ -16,8 +17,6 @@ using ember::testing::tolerance;
 using reference::RefTensor;
 
 namespace {
-
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 using TensorOp = std::function<Tensor(const Tensor&, const Tensor&)>;
 using RefOp = std::function<RefTensor(const RefTensor&, const RefTensor&)>;

@@ -8,14 +8,13 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::kFloatTypes;
 using ember::testing::random_shape;
 using ember::testing::random_tensor;
 using ember::testing::tolerance;
 using reference::RefTensor;
 
 namespace {
-
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 struct UnaryCase {
   const char* name;       // also the reference::unary_derivative key

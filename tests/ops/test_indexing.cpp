@@ -7,50 +7,24 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::coin;
+using ember::testing::expect_gradcheck;
+using ember::testing::kFloatTypes;
+using ember::testing::random_index;
 using ember::testing::random_shape;
 using ember::testing::random_tensor;
-using ember::testing::rng;
+using ember::testing::uniform_int;
+using ember::testing::with_one_and_two_threads;
 namespace ref = ember::reference;
 
 namespace {
 
 const std::vector<DType> kAllTypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
-int64_t uniform_int(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng()); }
-bool coin() { return uniform_int(0, 1) == 1; }
 template <typename T> const T& pick(const std::vector<T>& v) { return v[size_t(uniform_int(0, int64_t(v.size()) - 1))]; }
-
-// Random class indices in [0, high) of `shape`, sometimes as a strided (non-contiguous) view.
-Tensor random_index(const Shape& shape, int64_t high, DType dtype = DType::i64, bool non_contiguous = false) {
-  Shape big = shape;
-  if (non_contiguous && !big.empty()) big.back() *= 2;
-  std::vector<int64_t> v(size_t(numel_of(big)));
-  for (auto& x : v) x = high > 0 ? uniform_int(0, high - 1) : 0;
-  Tensor t = from_vector(v, {int64_t(v.size())}).reshape(big).to(dtype);
-  if (non_contiguous && !shape.empty()) t = t.slice(-1, 0, big.back(), 2);
-  return t;
-}
 
 // Gradient checks in f64 on small random inputs.
 Tensor grad_input(const Shape& shape) { return random_tensor(shape, DType::f64).requires_grad_(); }
-
-void expect_gradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                      const std::vector<Tensor>& inputs) {
-  const GradcheckResult r = gradcheck(fn, inputs);
-  EXPECT_TRUE(r.ok) << r.message;
-}
-
-// Runs fn with one thread and with two and returns both results.
-std::pair<Tensor, Tensor> with_one_and_two_threads(const std::function<Tensor()>& fn) {
-  const int saved = get_num_threads();
-  set_num_threads(1);
-  Tensor a = fn();
-  set_num_threads(2);
-  Tensor b = fn();
-  set_num_threads(saved);
-  return {a, b};
-}
 
 }  // namespace
 

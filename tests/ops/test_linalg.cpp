@@ -15,9 +15,10 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::kFloatTypes;
 using ember::testing::random_tensor;
-using ember::testing::rng;
 using ember::testing::tolerance;
+using ember::testing::uniform_int;
 using reference::RefTensor;
 
 namespace {
@@ -57,7 +58,6 @@ RefTensor ref_abs(RefTensor r) {
 enum class Layout { Contiguous, Transposed, Padded, TransposedPadded, Strided, BatchPermuted, BatchExpanded };
 const Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed,    Layout::Padded,       Layout::TransposedPadded,
                            Layout::Strided,    Layout::BatchPermuted, Layout::BatchExpanded};
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 const char* layout_name(Layout l) {
   switch (l) {
@@ -117,19 +117,17 @@ Tensor operand(const Shape& shape, DType dtype, Layout layout) {
   return random_tensor(shape, dtype);
 }
 
-int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng()); }
-
 // Random operand shapes for a rank-ra @ rank-rb matmul whose batch dims broadcast together.
 std::pair<Shape, Shape> matmul_shapes(int ra, int rb, int64_t max_mat, bool allow_zero) {
   const int64_t lo = allow_zero ? 0 : 1;
-  const int64_t n = uniform(lo, max_mat), k = uniform(lo, max_mat), m = uniform(lo, max_mat);
+  const int64_t n = uniform_int(lo, max_mat), k = uniform_int(lo, max_mat), m = uniform_int(lo, max_mat);
   const int nb = std::max({ra - 2, rb - 2, 0});
   Shape batch(static_cast<size_t>(nb), 1);
-  for (auto& s : batch) s = uniform(lo, 3);
+  for (auto& s : batch) s = uniform_int(lo, 3);
   auto batch_part = [&](int rank) {
     Shape s(batch.end() - std::max(rank - 2, 0), batch.end());
     for (auto& d : s)
-      if (uniform(0, 2) == 0) d = 1;  // broadcast against the other operand
+      if (uniform_int(0, 2) == 0) d = 1;  // broadcast against the other operand
     return s;
   };
   Shape a = ra == 1 ? Shape{k} : batch_part(ra), b = rb == 1 ? Shape{k} : batch_part(rb);
@@ -155,7 +153,7 @@ TEST(Matmul, EveryRankCombinationLayoutAndDtypeMatchesReference) {
         for (Layout la : kLayouts)
           for (int trial = 0; trial < 2; ++trial) {
             const auto [sa, sb] = matmul_shapes(ra, rb, 6, /*allow_zero=*/trial == 1);
-            const Layout lb = kLayouts[uniform(0, 6)];
+            const Layout lb = kLayouts[uniform_int(0, 6)];
             const Tensor a = operand(sa, dt, la), b = operand(sb, dt, lb);
             EXPECT_TRUE(matmul_matches_reference(a, b))
                 << shape_str(sa) << " (" << layout_name(la) << ") @ " << shape_str(sb) << " (" << layout_name(lb)
@@ -184,8 +182,8 @@ TEST(Matmul, GemmSizedProductsMatchReferenceAtOneAndTwoThreads) {
     for (DType dt : {DType::f32, DType::f64, DType::bf16})
       for (Layout la : kLayouts)
         for (Layout lb : {Layout::Contiguous, Layout::Transposed, Layout::TransposedPadded, Layout::BatchExpanded}) {
-          const Shape sa = {uniform(1, 3), uniform(20, 70), uniform(30, 90)};
-          const Shape sb = {sa[2], uniform(20, 70)};
+          const Shape sa = {uniform_int(1, 3), uniform_int(20, 70), uniform_int(30, 90)};
+          const Shape sb = {sa[2], uniform_int(20, 70)};
           Shape sb3 = {sa[0], sb[0], sb[1]};
           EXPECT_TRUE(matmul_matches_reference(operand(sa, dt, la), operand(sb, dt, lb)))
               << threads << " threads, " << shape_str(sa) << " (" << layout_name(la) << ") @ " << shape_str(sb)
@@ -258,9 +256,9 @@ TEST(Bmm, MatchesReference) {
     for (Layout la : kLayouts)
       for (int trial = 0; trial < 3; ++trial) {
         const int64_t lo = trial == 2 ? 0 : 1, max_mat = trial == 1 ? 40 : 6;
-        const Shape sa = {uniform(lo, 4), uniform(lo, max_mat), uniform(lo, max_mat)};
-        const Shape sb = {sa[0], sa[2], uniform(lo, max_mat)};
-        const Layout lb = kLayouts[uniform(0, 6)];
+        const Shape sa = {uniform_int(lo, 4), uniform_int(lo, max_mat), uniform_int(lo, max_mat)};
+        const Shape sb = {sa[0], sa[2], uniform_int(lo, max_mat)};
+        const Layout lb = kLayouts[uniform_int(0, 6)];
         const Tensor a = operand(sa, dt, la), b = operand(sb, dt, lb);
         const RefTensor ra = reference::from_tensor(a), rb = reference::from_tensor(b);
         EXPECT_TRUE(product_close(bmm(a, b), reference::bmm(ra, rb), reference::bmm(ref_abs(ra), ref_abs(rb)), dt,
@@ -277,7 +275,7 @@ TEST(Linear, MatchesReferenceWithAndWithoutBias) {
       for (bool with_bias : {true, false})
         for (Layout lx : {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::BatchPermuted})
           for (Layout lw : {Layout::Contiguous, Layout::Transposed}) {
-            const int64_t in = uniform(1, 40), out = uniform(1, 40);
+            const int64_t in = uniform_int(1, 40), out = uniform_int(1, 40);
             Shape xs = lead;
             xs.push_back(in);
             const Tensor x = operand(xs, dt, lx), w = operand({out, in}, dt, lw);

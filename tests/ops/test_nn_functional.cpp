@@ -7,25 +7,21 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::coin;
+using ember::testing::expect_gradcheck;
+using ember::testing::kFloatTypes;
+using ember::testing::random_index;
 using ember::testing::random_shape;
 using ember::testing::random_tensor;
 using ember::testing::rng;
 using ember::testing::tolerance;
+using ember::testing::uniform_int;
+using ember::testing::with_one_and_two_threads;
 namespace ref = ember::reference;
 
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const std::vector<Reduction> kReductions = {Reduction::None, Reduction::Mean, Reduction::Sum};
-
-int64_t uniform_int(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng()); }
-bool coin() { return uniform_int(0, 1) == 1; }
-
-Tensor random_index(const Shape& shape, int64_t high, DType dtype = DType::i64) {
-  std::vector<int64_t> v(size_t(numel_of(shape)));
-  for (auto& x : v) x = uniform_int(0, high - 1);
-  return from_vector(v, {int64_t(v.size())}).reshape(shape).to(dtype);
-}
 
 // Class targets in [0, classes), about a quarter replaced by ignore_index.
 Tensor random_target(const Shape& shape, int64_t classes, int64_t ignore_index) {
@@ -36,22 +32,6 @@ Tensor random_target(const Shape& shape, int64_t classes, int64_t ignore_index) 
 
 const char* reduction_name(Reduction r) {
   return r == Reduction::None ? "none" : r == Reduction::Mean ? "mean" : "sum";
-}
-
-void expect_gradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                      const std::vector<Tensor>& inputs) {
-  const GradcheckResult r = gradcheck(fn, inputs);
-  EXPECT_TRUE(r.ok) << r.message;
-}
-
-std::pair<Tensor, Tensor> with_one_and_two_threads(const std::function<Tensor()>& fn) {
-  const int saved = get_num_threads();
-  set_num_threads(1);
-  Tensor a = fn();
-  set_num_threads(2);
-  Tensor b = fn();
-  set_num_threads(saved);
-  return {a, b};
 }
 
 }  // namespace

@@ -10,18 +10,15 @@
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::coin;
+using ember::testing::kFloatTypes;
 using ember::testing::random_shape;
 using ember::testing::random_tensor;
-using ember::testing::rng;
 using ember::testing::tolerance;
+using ember::testing::uniform_int;
 using reference::RefTensor;
 
 namespace {
-
-const DType kFloatTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-int uniform_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng()); }
-bool coin() { return uniform_int(0, 1) == 1; }
 
 std::string describe(const Shape& shape, int64_t dim, bool non_contiguous, DType dt) {
   return "shape " + shape_str(shape) + " dim " + std::to_string(dim) +

@@ -1,7 +1,12 @@
 #include "test_util.h"
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
 
 namespace ember::testing {
 
@@ -22,6 +27,10 @@ std::mt19937_64& rng() {
   }();
   return gen;
 }
+
+int64_t uniform_int(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng()); }
+
+bool coin() { return uniform_int(0, 1) == 1; }
 
 double tolerance(DType dtype) {
   switch (dtype) {
@@ -70,6 +79,50 @@ std::pair<Shape, Shape> random_broadcast_pair(int ndim, int64_t max_size) {
   b.erase(b.begin(), b.begin() + drop);
   if (coin(rng()) == 0) std::swap(a, b);
   return {a, b};
+}
+
+Tensor random_index(const Shape& shape, int64_t high, DType dtype, bool non_contiguous) {
+  Shape big = shape;
+  if (non_contiguous && !big.empty()) big.back() *= 2;
+  std::vector<int64_t> v(size_t(numel_of(big)));
+  for (auto& x : v) x = high > 0 ? uniform_int(0, high - 1) : 0;
+  Tensor t = from_vector(v, {int64_t(v.size())}).reshape(big).to(dtype);
+  if (non_contiguous && !shape.empty()) t = t.slice(-1, 0, big.back(), 2);
+  return t;
+}
+
+void expect_gradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                      const std::vector<Tensor>& inputs) {
+  const GradcheckResult r = gradcheck(fn, inputs);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+std::pair<Tensor, Tensor> with_one_and_two_threads(const std::function<Tensor()>& fn) {
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  Tensor a = fn();
+  set_num_threads(2);
+  Tensor b = fn();
+  set_num_threads(saved);
+  return {a, b};
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<std::string> TempDir::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 ::testing::AssertionResult all_close(const Tensor& actual, const reference::RefTensor& expected,
