@@ -32,15 +32,15 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   // pretraining
-  int64_t pretrain_steps = 600;
+  int64_t pretrain_steps = 100;
   int64_t pretrain_batch = 32;
   int64_t seq_len = 128;
   double pretrain_lr = 1e-3;
   // fine-tuning
-  int64_t epochs = 3;
+  int64_t epochs = 1;
   int64_t batch = 32;
   int64_t max_len = 66;
-  double lr = 1e-4;
+  double lr = 2e-4;
   int64_t eval_batch = 128;
   int64_t train_limit = -1;  // use only the first N training phrases (quick checks)
   int num_workers = 1;

@@ -49,7 +49,7 @@ std::vector<int64_t> batch_offsets(const Tensor& x, int64_t count) {
   return offs;
 }
 
-// C rows = bias (so the GEMM accumulates onto it), or nothing to seed.
+// Fills every row of C with the bias; the GEMM then accumulates onto it (beta = 1).
 template <typename T>
 void seed_rows(T* c, int64_t rows, int64_t cols, const T* bias) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + cols, c + r * cols);
