@@ -32,7 +32,7 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   // pretraining
-  int64_t pretrain_steps = 100;
+  int64_t pretrain_steps = 0;  // masked-LM steps before fine-tuning (0: fine-tune from scratch)
   int64_t pretrain_batch = 32;
   int64_t seq_len = 128;
   double pretrain_lr = 1e-3;
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
     MetricsLog log(a.out + "/metrics.jsonl");
     auto tok = data::WordPieceTokenizer::from_file(a.data_dir + "/vocab/bert-base-uncased-vocab.txt.gz");
     const auto t0 = std::chrono::steady_clock::now();
-    if (a.stage == "all" || a.stage == "pretrain") pretrain(a, tok, log);
+    if ((a.stage == "all" && a.pretrain_steps > 0) || a.stage == "pretrain") pretrain(a, tok, log);
     double acc = -1;
     if (a.stage == "all" || a.stage == "finetune") acc = finetune(a, tok, log);
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
