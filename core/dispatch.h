@@ -1,4 +1,4 @@
-// Device dispatch. core/native declares one stub per kernel family with the function type
+// Device dispatch. core/native declares one dispatch slot per kernel family with the function type
 // it calls; kernels/cpu and kernels/cuda fill the slot for their device at load time, so
 // core never includes a kernel header (the arrows point down the stack).
 //
@@ -31,9 +31,9 @@ struct DispatchStub {
 #define EMBER_DEFINE_STUB(name) ::ember::DispatchStub<name##_fn> name
 #define EMBER_CONCAT_IMPL(a, b) a##b
 #define EMBER_CONCAT(a, b) EMBER_CONCAT_IMPL(a, b)
-#define EMBER_REGISTER_KERNEL(stub, DEVICE, fn)                               \
+#define EMBER_REGISTER_KERNEL(slot, DEVICE, fn)                               \
   static const bool EMBER_CONCAT(ember_registered_, __LINE__) = [] {          \
-    stub.EMBER_DEVICE_FIELD_##DEVICE = fn;                                    \
+    slot.EMBER_DEVICE_FIELD_##DEVICE = fn;                                    \
     return true;                                                              \
   }()
 #define EMBER_DEVICE_FIELD_CPU cpu
