@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <deque>
 #include <queue>
 #include <unordered_map>
 
@@ -27,10 +28,43 @@ void accumulate_into(Tensor& slot, Tensor g) {
   }
 }
 
+// The callbacks of one backward pass. Passes nest (a hook or callback may call backward),
+// so each thread keeps a stack; callbacks go to the innermost pass.
+struct PassCallbacks {
+  std::deque<std::function<void()>> queue;
+};
+thread_local std::vector<PassCallbacks*> pass_stack;
+
+struct PassScope {
+  PassCallbacks callbacks;
+  PassScope() { pass_stack.push_back(&callbacks); }
+  ~PassScope() { pass_stack.pop_back(); }
+  PassScope(const PassScope&) = delete;
+  PassScope& operator=(const PassScope&) = delete;
+
+  void run_callbacks() {
+    while (!callbacks.queue.empty()) {
+      std::function<void()> fn = std::move(callbacks.queue.front());
+      callbacks.queue.pop_front();
+      fn();
+    }
+  }
+};
+
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  EMBER_CHECK(!pass_stack.empty(), "queue_callback: no backward pass is running on this thread; "
+              "queue callbacks from a hook or a backward formula");
+  EMBER_CHECK(callback != nullptr, "queue_callback: empty callback");
+  pass_stack.back()->queue.push_back(std::move(callback));
+}
+
+bool in_backward() { return !pass_stack.empty(); }
 
 void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
   NoGradGuard no_grad;
+  PassScope pass;
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> root_nodes;
 
@@ -128,6 +162,7 @@ void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph)
       if (--ns.dependencies == 0) ready.push(e.node);
     }
   }
+  pass.run_callbacks();
 }
 
 }  // namespace ember::autograd

@@ -1,10 +1,25 @@
 // Reverse-mode execution: runs the graph behind `roots` once, in dependency order.
 #pragma once
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace ember::autograd {
 
 // grads[i] seeds roots[i]; an undefined seed means ones (only for one-element roots).
 void run_backward(const Tensors& roots, const Tensors& grads, bool retain_graph);
+
+// Queues `callback` to run once when the backward pass running on this thread has finished,
+// after every gradient of that pass has been accumulated and every post-accumulate hook has
+// run (DDP waits for its all-reduces there). Callbacks run on this thread in the order they
+// were queued, still under no-grad mode; one queued by a callback runs in the same pass. A
+// callback that throws drops the ones after it and the exception leaves backward(); a pass
+// that fails drops its callbacks unrun. Each thread has its own passes, so concurrent
+// backwards on different threads never see each other's callbacks. Calling it outside a
+// backward pass is an ember::Error.
+void queue_callback(std::function<void()> callback);
+
+// True while this thread is inside a backward pass (in a hook, a backward formula or a callback).
+bool in_backward();
 
 }  // namespace ember::autograd

@@ -56,9 +56,12 @@ DataLoader::Iterator DataLoader::begin() {
 DataLoader::Iterator DataLoader::end() { return Iterator(); }
 
 DataLoader::Pass::Pass(const Dataset& dataset, std::vector<std::vector<int64_t>> batches,
-                       const DataLoaderOptions& opt, int64_t epoch, int64_t first_batch)
-    : dataset_(dataset), batches_(std::move(batches)), opt_(opt), collate_(opt.collate), epoch_(epoch),
-      next_index_(first_batch), next_to_build_(first_batch) {
+                       const DataLoaderOptions& opt, int64_t epoch, int64_t first_batch,
+                       std::vector<int64_t> collate_ids)
+    : dataset_(dataset), batches_(std::move(batches)), collate_ids_(std::move(collate_ids)), opt_(opt),
+      collate_(opt.collate), epoch_(epoch), next_index_(first_batch), next_to_build_(first_batch) {
+  EMBER_CHECK(collate_ids_.empty() || collate_ids_.size() == batches_.size(), "DataLoader: ",
+              collate_ids_.size(), " collate ids given for ", batches_.size(), " batches");
   for (int w = 0; w < opt_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -77,7 +80,8 @@ Batch DataLoader::Pass::build(int64_t batch_index) {
   const auto& idx = batches_[size_t(batch_index)];
   examples.reserve(idx.size());
   for (int64_t i : idx) examples.push_back(dataset_.get(i));
-  return collate_(examples, CollateContext{epoch_, batch_index});
+  const int64_t id = collate_ids_.empty() ? batch_index : collate_ids_[size_t(batch_index)];
+  return collate_(examples, CollateContext{epoch_, id});
 }
 
 void DataLoader::Pass::worker_loop() {

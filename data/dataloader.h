@@ -42,6 +42,9 @@ class DataLoader {
   const DataLoaderOptions& options() const { return opt_; }
   const Dataset& dataset() const { return *dataset_; }
   const Sampler& sampler() const { return *sampler_; }
+  // Shared handles, for loaders built on this one's dataset and sampler (data/shard.h).
+  std::shared_ptr<const Dataset> dataset_ptr() const { return dataset_; }
+  std::shared_ptr<const Sampler> sampler_ptr() const { return sampler_; }
   // Skips the first `n` batches of the next iteration (resuming mid-epoch).
   void skip_first_batches(int64_t n) { skip_ = n; }
 
@@ -64,12 +67,16 @@ class DataLoader {
 
 class DataLoader::Pass {
  public:
+  // `collate_ids` (one per batch, optional) replaces the batch's position as the batch index the
+  // collate function sees, so a sharded pass can give every rank's batches distinct ids.
   Pass(const Dataset& dataset, std::vector<std::vector<int64_t>> batches, const DataLoaderOptions& opt,
-       int64_t epoch, int64_t first_batch);
+       int64_t epoch, int64_t first_batch, std::vector<int64_t> collate_ids = {});
   ~Pass();
   // The next batch in order, or nullopt at the end. Rethrows a worker's exception.
   std::optional<Batch> next();
+  // Batches handed out so far (skipped ones included) and batches in the whole pass.
   int64_t position() const { return next_index_; }
+  int64_t size() const { return int64_t(batches_.size()); }
 
  private:
   Batch build(int64_t batch_index);
@@ -77,6 +84,7 @@ class DataLoader::Pass {
 
   const Dataset& dataset_;
   std::vector<std::vector<int64_t>> batches_;
+  std::vector<int64_t> collate_ids_;
   DataLoaderOptions opt_;
   CollateFn collate_;
   int64_t epoch_;

@@ -76,4 +76,11 @@ Example TextClassificationDataset::get(int64_t index) const {
   return e;
 }
 
+std::vector<int64_t> TextClassificationDataset::lengths() const {
+  std::vector<int64_t> out;
+  out.reserve(encodings_.size());
+  for (const Encoding& e : encodings_) out.push_back(int64_t(e.input_ids.size()));
+  return out;
+}
+
 }  // namespace ember::data

@@ -34,6 +34,8 @@ class TextClassificationDataset : public Dataset {
   int64_t size() const override { return int64_t(encodings_.size()); }
   Example get(int64_t index) const override;
   const std::vector<int64_t>& labels() const { return labels_; }
+  // Token count of every example (for length-grouped batching).
+  std::vector<int64_t> lengths() const;
 
  private:
   std::vector<Encoding> encodings_;

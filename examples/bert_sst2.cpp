@@ -12,6 +12,7 @@
 
 #include "core/progress.h"
 #include "data/dataloader.h"
+#include "data/length_grouped_sampler.h"
 #include "data/mlm_collator.h"
 #include "data/text_datasets.h"
 #include "ember/ember.h"
@@ -44,6 +45,7 @@ struct Args {
   int64_t eval_batch = 128;
   int64_t train_limit = -1;  // use only the first N training phrases (quick checks)
   int num_workers = 1;
+  bool group_by_length = true;  // batches of similar-length phrases: far less padding
 };
 
 Args parse(int argc, char** argv) {
@@ -69,11 +71,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--lr") a.lr = std::stod(val());
     else if (k == "--workers") a.num_workers = std::stoi(val());
     else if (k == "--train-limit") a.train_limit = std::stoll(val());
+    else if (k == "--group-by-length") a.group_by_length = std::stoi(val()) != 0;
     else if (k == "--help" || k == "-h") {
       std::printf(
           "usage: bert_sst2 [--stage all|pretrain|finetune] [--data-dir D] [--out DIR] [--threads T] [--seed S]\n"
           "                 [--pretrain-steps N] [--pretrain-batch B] [--seq-len L] [--pretrain-lr X]\n"
-          "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W] [--train-limit N]\n");
+          "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W] [--train-limit N]\n"
+          "                 [--group-by-length 0|1]\n");
       std::exit(0);
     } else {
       EMBER_FAIL("bert_sst2: unknown option ", k, " (see --help)");
@@ -183,8 +187,12 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
   std::printf("finetune: %lld training phrases, %lld dev sentences\n", (long long)train->size(), (long long)dev->size());
   data::PadCollate pad;
   auto collate = [&](const auto& ex, const auto& ctx) { return pad(ex, ctx); };
-  data::DataLoader train_loader(train, {.batch_size = a.batch, .shuffle = true, .num_workers = a.num_workers,
-                                        .seed = a.seed, .collate = collate});
+  std::shared_ptr<const data::Sampler> order;
+  if (a.group_by_length)
+    order = std::make_shared<data::LengthGroupedSampler>(train->lengths(), a.batch, a.seed);
+  else
+    order = std::make_shared<data::RandomSampler>(train->size(), a.seed);
+  data::DataLoader train_loader(train, order, {.batch_size = a.batch, .num_workers = a.num_workers, .collate = collate});
   data::DataLoader dev_loader(dev, {.batch_size = a.eval_batch, .collate = collate});
 
   std::shared_ptr<nn::BertForSequenceClassification> model;

@@ -19,6 +19,9 @@ PACKAGES=(
   nlohmann-json3-dev
   libyaml-cpp-dev
   zlib1g-dev
+  libgloo-dev
+  libdnnl-dev
+  iproute2
 )
 
 is_installed() {

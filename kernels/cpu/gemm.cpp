@@ -1,8 +1,13 @@
 #include "kernels/cpu/gemm.h"
 
+#include <dnnl.h>
+#include <omp.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "core/cpu_features.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
@@ -37,7 +42,7 @@ void product_into(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t 
 
 // One single-threaded Eigen GEMM (Eigen is built without its own threading inside Ember).
 template <typename T>
-void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+void eigen_gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                  const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   OutMatrixMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
   if (beta == T(0)) {
@@ -56,6 +61,45 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
   } else {
     product_into<T, Cm, Cm>(m, n, k, alpha, a, lda, b, ldb, c, ldc);
   }
+}
+
+// oneDNN picks its kernels by CPU on first use; EMBER_CPU_CAPABILITY=avx2 caps it like the
+// rest of Ember (it can only be set before the first GEMM).
+void configure_onednn_once() {
+  static const bool done = [] {
+    if (cpu_capability() == CpuCapability::Avx2) dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
+    return true;
+  }();
+  (void)done;
+}
+
+// One single-threaded oneDNN sgemm (row-major, the same contract as cpu::gemm). oneDNN
+// threads with OpenMP; Ember's pool already splits the work, so the call runs with OpenMP
+// capped at one thread on this thread, and the caller's setting is restored.
+void onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  configure_onednn_once();
+  const int previous = omp_get_max_threads();
+  if (previous != 1) omp_set_num_threads(1);
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (previous != 1) omp_set_num_threads(previous);
+  EMBER_CHECK(status == dnnl_success, "gemm: oneDNN sgemm failed with status ", int(status), " for m=", m,
+              " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (k == 0) {  // oneDNN rejects k == 0; C = beta * C is all that is left
+    eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  onednn_sgemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // m x k matrix) with row stride lda. Likewise for B. Transposed operands are read in place,
 // never copied. beta == 0 overwrites C without reading it (C may hold garbage).
 //
-// Runs on Eigen's GEMM (single-threaded inside Ember). Large products are split into bands of
+// f32 runs on oneDNN's sgemm (its AVX2/AVX-512 kernels are chosen at run time), f64 on Eigen's
+// GEMM; both single-threaded inside Ember. Large products are split into bands of
 // C, one per thread of Ember's pool (ember::get_num_threads()); called from inside a
 // parallel_for body it runs on the calling thread alone.
 #pragma once

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""PyTorch DDP over Gloo: the peer of bench/ddp_scaling.
+
+The bert_train_peer.py model and batches, trained with torch DistributedDataParallel
+(bucket_cap_mb 25, Gloo) on --world-size processes of --threads threads each, every rank on
+its own batches of --batch (weak scaling). Rank 0 prints one JSON line in ddp_scaling's shape;
+the step time of a step is the slowest rank's.
+
+  ddp_scaling_peer.py --config bert-mini --task cls --world-size 2 --threads 1
+
+Run it with the settings bench/compare_bert_train.sh uses for PyTorch (README_bert.md).
+"""
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bert_train_peer as peer  # noqa: E402  (imports torch lazily)
+
+
+def parse(argv):
+    p = peer.argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", choices=sorted(peer.PRESETS), default="bert-mini")
+    p.add_argument("--task", choices=["mlm", "cls"], default="cls")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    bert_args = peer.parse_args(["--config", args.config, "--task", args.task, "--threads", str(args.threads),
+                                 "--batch", str(args.batch), "--seq", str(args.seq), "--seed", str(args.seed)])
+    return args, bert_args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(rank, args, bert_args, port):
+    peer.pin_thread_pools(args.threads)
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(args.threads)
+    world = args.world_size
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(args.seed)
+    model = peer.build_model(bert_args)
+    model.train()
+    net = model
+    if world > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(args.seed + 1 + 1000 * rank)
+    times = []
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup and world > 1:
+            dist.barrier()
+        ids, attention_mask, segments, labels = peer.make_batch(bert_args, generator)
+        t0 = time.perf_counter()
+        loss = net(ids, attention_mask, segments, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= args.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    if world > 1:
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times = t.tolist()
+    if rank == 0:
+        median = statistics.median(times)
+        print(json.dumps({
+            "kind": "result", "framework": "pytorch", "task": args.task, "world_size": world,
+            "threads": args.threads, "layers": bert_args.layers, "hidden": bert_args.hidden,
+            "batch_per_rank": args.batch, "seq": args.seq, "steps": args.steps,
+            "median_step_ms": round(median, 2),
+            "tokens_per_s": round(args.batch * args.seq * world / (median / 1e3), 1),
+            "torch": torch.__version__}), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    args, bert_args = parse(sys.argv[1:] if argv is None else argv)
+    port = free_port()
+    if args.world_size == 1:
+        worker(0, args, bert_args, port)
+        return 0
+    import torch.multiprocessing as mp
+    mp.spawn(worker, args=(args, bert_args, port), nprocs=args.world_size, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+// LengthGroupedSampler: a shuffle that keeps examples of similar length together, so that
+// dynamically padded batches carry little padding (Hugging Face's group_by_length).
+//
+// Each epoch: a seeded permutation of all examples (as RandomSampler), cut into "mega-batches"
+// of batch_size * group_batches examples, each sorted by length, longest first. Consecutive
+// batch_size slices of that order are then batches of near-equal length, and the batches still
+// come in a random order of mega-batches. group_batches = 1 sorts within each batch only.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "data/sampler.h"
+
+namespace ember::data {
+
+class LengthGroupedSampler : public Sampler {
+ public:
+  LengthGroupedSampler(std::vector<int64_t> lengths, int64_t batch_size, uint64_t seed, int64_t group_batches = 50);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return int64_t(lengths_.size()); }
+
+ private:
+  std::vector<int64_t> lengths_;
+  int64_t batch_size_;
+  uint64_t seed_;
+  int64_t group_batches_;
+};
+
+}  // namespace ember::data

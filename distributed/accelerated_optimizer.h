@@ -1,0 +1,55 @@
+// AcceleratedOptimizer: the optimizer Accelerator::prepare hands back, the twin of Accelerate's
+// AcceleratedOptimizer. Under gradient accumulation step() and zero_grad() act only on the
+// micro-step that synchronises gradients (GradientState::sync_gradients), so the loop body stays
+// the single-device one:
+//
+//   for (auto& batch : *loader) {
+//     auto guard = acc.accumulate(model);
+//     acc.backward(loss(batch));
+//     opt->step();        // updates every K-th micro-step (and at the end of the epoch)
+//     sched->step();
+//     opt->zero_grad();   // likewise: gradients keep accumulating in between
+//   }
+//
+// step_was_skipped() reports an update the mixed-precision loss scaler refused (inf/NaN
+// gradients); the scheduler then does not step either. Without a scaler no step is skipped.
+#pragma once
+#include <memory>
+
+#include "distributed/accelerator_state.h"
+#include "optim/optimizer.h"
+
+namespace ember::distributed {
+
+class AcceleratedOptimizer {
+ public:
+  AcceleratedOptimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<GradientState> gradient_state);
+
+  // The wrapped optimizer's step, on synchronising micro-steps only.
+  void step();
+  // The wrapped optimizer's zero_grad, on synchronising micro-steps only.
+  void zero_grad(bool set_to_none = true);
+
+  // True when the last synchronising step() did not update (its gradients were not finite
+  // under loss scaling).
+  bool step_was_skipped() const { return step_was_skipped_; }
+  // Optimizer updates actually made through this wrapper.
+  int64_t num_updates() const { return num_updates_; }
+
+  std::vector<optim::ParamGroup>& param_groups() { return optimizer_->param_groups(); }
+  const std::vector<optim::ParamGroup>& param_groups() const { return optimizer_->param_groups(); }
+  optim::OptimizerStateDict state_dict() const { return optimizer_->state_dict(); }
+  void load_state_dict(const optim::OptimizerStateDict& sd) { optimizer_->load_state_dict(sd); }
+
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
+  optim::Optimizer* operator->() { return optimizer_.get(); }
+
+ private:
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<GradientState> gradient_state_;
+  bool step_was_skipped_ = false;
+  int64_t num_updates_ = 0;
+};
+
+}  // namespace ember::distributed

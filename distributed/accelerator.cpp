@@ -1,0 +1,449 @@
+#include "distributed/accelerator.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "distributed/operations.h"
+#include "nn/io/safetensors.h"
+#include "nn/models/bert.h"
+#include "nn/models/pretrained.h"
+#include "optim/clip_grad.h"
+
+namespace fs = std::filesystem;
+
+namespace ember::distributed {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+// save_model: a BERT model goes out in the Hugging Face directory format.
+bool save_if_bert(const nn::Module& model, const std::string& dir) {
+  if (auto* m = dynamic_cast<const nn::BertForSequenceClassification*>(&model)) {
+    nn::save_pretrained(*m, m->config, dir, "BertForSequenceClassification");
+    return true;
+  }
+  if (auto* m = dynamic_cast<const nn::BertForMaskedLM*>(&model)) {
+    nn::save_pretrained(*m, m->config, dir, "BertForMaskedLM");
+    return true;
+  }
+  if (auto* m = dynamic_cast<const nn::BertModel*>(&model)) {
+    nn::save_pretrained(*m, m->config, dir, "BertModel");
+    return true;
+  }
+  return false;
+}
+
+bool same_directory(fs::path a, fs::path b) {
+  std::error_code ec1, ec2;
+  return fs::equivalent(a, b, ec1) && !ec1 && !ec2;
+}
+
+}  // namespace
+
+Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(options)) {
+  apply_env_defaults();
+  validate_options();
+  state_ = AcceleratorState::initialize(options_.cpu, options_.timeout);
+  gradient_state_ = std::make_shared<GradientState>(options_.gradient_accumulation_steps);
+  gradient_state_->set_sync_with_dataloader(options_.sync_with_dataloader);
+  if (options_.seed) set_seed(*options_.seed);
+}
+
+Accelerator::~Accelerator() = default;
+
+void Accelerator::apply_env_defaults() {
+  if (options_.mixed_precision == "no") {
+    if (auto v = env("EMBER_MIXED_PRECISION")) options_.mixed_precision = *v;
+  }
+  if (options_.gradient_accumulation_steps == 1) {
+    if (auto v = env("EMBER_GRADIENT_ACCUMULATION_STEPS")) {
+      int n = 0;
+      auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+      EMBER_CHECK(ec == std::errc() && ptr == v->data() + v->size() && n >= 1,
+                  "Accelerator: EMBER_GRADIENT_ACCUMULATION_STEPS='", *v, "' must be a positive integer");
+      options_.gradient_accumulation_steps = n;
+    }
+  }
+  if (!options_.cpu) {
+    if (auto v = env("EMBER_USE_CPU")) {
+      EMBER_CHECK(*v == "0" || *v == "1" || *v == "true" || *v == "false", "Accelerator: EMBER_USE_CPU='", *v,
+                  "' must be 1 or 0");
+      options_.cpu = *v == "1" || *v == "true";
+    }
+  }
+}
+
+void Accelerator::validate_options() const {
+  const auto& o = options_;
+  EMBER_CHECK(o.mixed_precision == "no" || o.mixed_precision == "fp16" || o.mixed_precision == "bf16",
+              "Accelerator: mixed_precision must be 'no', 'fp16' or 'bf16', got '", o.mixed_precision, "'");
+  EMBER_CHECK(o.gradient_accumulation_steps >= 1, "Accelerator: gradient_accumulation_steps must be >= 1, got ",
+              o.gradient_accumulation_steps);
+  EMBER_CHECK(o.total_limit == -1 || o.total_limit >= 1, "Accelerator: total_limit must be -1 (keep all) or >= 1, got ",
+              o.total_limit);
+  EMBER_CHECK(o.timeout.count() > 0, "Accelerator: timeout must be positive");
+}
+
+bool Accelerator::optimizer_step_was_skipped() const {
+  for (const auto& o : optimizers_)
+    if (o->step_was_skipped()) return true;
+  return false;
+}
+
+// ---- prepare
+
+void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
+  EMBER_CHECK(model != nullptr, "Accelerator::prepare: the model is null");
+  for (const auto& m : models_)
+    if (m == model) return;  // prepared already
+  if (!device().is_cpu()) model->to(device());
+  std::shared_ptr<DistributedDataParallel> wrapper;
+  if (num_processes() > 1) wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);
+  models_.push_back(model);
+  ddps_.push_back(std::move(wrapper));
+}
+
+std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared_ptr<optim::Optimizer> opt) {
+  EMBER_CHECK(opt != nullptr, "Accelerator::prepare: the optimizer is null");
+  auto wrapped = std::make_shared<AcceleratedOptimizer>(std::move(opt), gradient_state_);
+  optimizers_.push_back(wrapped);
+  return wrapped;
+}
+
+std::shared_ptr<AcceleratedDataLoader> Accelerator::prepare_one(const std::shared_ptr<data::DataLoader>& loader) {
+  EMBER_CHECK(loader != nullptr, "Accelerator::prepare: the data loader is null");
+  return prepare_data_loader(*loader);
+}
+
+std::shared_ptr<AcceleratedDataLoader> Accelerator::prepare_data_loader(const data::DataLoader& loader) {
+  data::ShardOptions shard;
+  shard.num_processes = num_processes();
+  shard.process_index = process_index();
+  shard.split_batches = options_.split_batches;
+  shard.even_batches = options_.even_batches;
+  auto wrapped = std::make_shared<AcceleratedDataLoader>(loader, shard, gradient_state_, device());
+  dataloaders_.push_back(wrapped);
+  return wrapped;
+}
+
+std::shared_ptr<AcceleratedScheduler> Accelerator::prepare_scheduler(std::shared_ptr<optim::LRScheduler> sched) {
+  EMBER_CHECK(sched != nullptr, "Accelerator::prepare: the scheduler is null");
+  auto wrapped = std::make_shared<AcceleratedScheduler>(std::move(sched), optimizers_, gradient_state_,
+                                                        num_processes(), options_.step_scheduler_with_optimizer,
+                                                        options_.split_batches);
+  schedulers_.push_back(wrapped);
+  return wrapped;
+}
+
+std::shared_ptr<DistributedDataParallel> Accelerator::ddp(const nn::Module& model) const {
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].get() == &model) return ddps_[i];
+  return nullptr;
+}
+
+// ---- training step
+
+void Accelerator::backward(const Tensor& loss) {
+  EMBER_CHECK(loss.defined(), "Accelerator::backward: the loss is undefined");
+  const int k = options_.gradient_accumulation_steps;
+  if (k == 1) {
+    loss.backward();
+  } else {
+    (loss * (1.0 / double(k))).backward();
+  }
+}
+
+void Accelerator::backward_token_sum(const Tensor& loss_sum, int64_t global_tokens) {
+  EMBER_CHECK(loss_sum.defined(), "Accelerator::backward_token_sum: the loss is undefined");
+  EMBER_CHECK(global_tokens > 0, "Accelerator::backward_token_sum: global_tokens must be > 0, got ", global_tokens);
+  (loss_sum * (double(num_processes()) / double(global_tokens))).backward();
+}
+
+int64_t Accelerator::global_token_count(int64_t local_count) {
+  EMBER_CHECK(local_count >= 0, "Accelerator::global_token_count: the count must be >= 0, got ", local_count);
+  if (num_processes() == 1) return local_count;
+  Tensor t = from_vector<int64_t>({local_count}, {1});
+  return distributed::reduce(t, "sum", process_group()).item<int64_t>();
+}
+
+int64_t Accelerator::global_token_count(const std::vector<Tensor>& masks) {
+  int64_t local = 0;
+  NoGradGuard no_grad;
+  for (const auto& m : masks) {
+    EMBER_CHECK(m.defined(), "Accelerator::global_token_count: a mask is undefined");
+    local += int64_t(sum(m.to(DType::boolean).to(DType::f64)).item<double>());
+  }
+  return global_token_count(local);
+}
+
+Accelerator::SyncGuard Accelerator::accumulate_models(std::vector<const nn::Module*> models) {
+  if (gradient_state_->sync_with_dataloader() && gradient_state_->end_of_dataloader()) {
+    step_ = 0;
+    gradient_state_->set_sync_gradients(true);
+  } else {
+    ++step_;
+    gradient_state_->set_sync_gradients(step_ % options_.gradient_accumulation_steps == 0);
+  }
+  SyncGuard guard;
+  if (gradient_state_->sync_gradients() || num_processes() == 1) return guard;
+  if (models.empty())
+    for (const auto& m : models_) models.push_back(m.get());
+  guard.guards_.reserve(models.size());
+  for (const nn::Module* m : models)
+    if (auto d = ddp(*m)) guard.guards_.push_back(d->no_sync());
+  return guard;
+}
+
+Accelerator::SyncGuard Accelerator::no_sync(const nn::Module& model) {
+  SyncGuard guard;
+  if (auto d = ddp(model)) guard.guards_.push_back(d->no_sync());
+  return guard;
+}
+
+double Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  if (!sync_gradients()) return optim::clip_grad_norm_(params, std::numeric_limits<double>::infinity(), norm_type);
+  return optim::clip_grad_norm_(params, max_norm, norm_type);
+}
+
+void Accelerator::clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  if (sync_gradients()) optim::clip_grad_value_(params, clip_value);
+}
+
+// ---- collectives
+
+Tensor Accelerator::gather(const Tensor& tensor) const { return distributed::gather(tensor, process_group()); }
+
+Tensor Accelerator::gather_for_metrics(const Tensor& tensor) const {
+  Tensor all = gather(tensor);
+  const GradientState& gs = *gradient_state_;
+  if (!gs.end_of_dataloader() || gs.padding_samples() == 0) return all;
+  // Only a per-sample tensor of the padded last step carries duplicates.
+  if (all.size(0) != gs.total_batch_size()) return all;
+  return all.narrow(0, 0, gs.remainder()).contiguous();
+}
+
+Tensor Accelerator::reduce(const Tensor& tensor, const std::string& reduction, double scale) const {
+  return distributed::reduce(tensor, reduction, process_group(), scale);
+}
+
+Tensor Accelerator::pad_across_processes(const Tensor& tensor, int64_t dim, double pad_index, bool pad_first) const {
+  return distributed::pad_across_processes(tensor, process_group(), dim, pad_index, pad_first);
+}
+
+Tensor Accelerator::broadcast(const Tensor& tensor, int from) const {
+  return distributed::broadcast(tensor, process_group(), from);
+}
+
+std::vector<std::string> Accelerator::gather_object(const std::string& mine) const {
+  return distributed::gather_object(mine, process_group());
+}
+
+std::string Accelerator::broadcast_object(const std::string& value, int from) const {
+  return distributed::broadcast_object(value, process_group(), from);
+}
+
+std::pair<int64_t, int64_t> Accelerator::split_between_processes(int64_t count) const {
+  EMBER_CHECK(count >= 0, "Accelerator::split_between_processes: count must be >= 0, got ", count);
+  const int64_t r = process_index(), n = num_processes();
+  const int64_t per = count / n, extra = count % n;
+  const int64_t begin = r * per + std::min(r, extra);
+  return {begin, begin + per + (r < extra ? 1 : 0)};
+}
+
+Accelerator::ProcessOrderGuard::ProcessOrderGuard(const AcceleratorState* state, bool goes_first)
+    : state_(state), goes_first_(goes_first) {
+  if (!goes_first_) state_->wait_for_everyone();
+}
+
+Accelerator::ProcessOrderGuard::~ProcessOrderGuard() noexcept(false) {
+  // While an exception unwinds, the peers will fail on their own timeout instead.
+  if (state_ && goes_first_ && std::uncaught_exceptions() == 0) state_->wait_for_everyone();
+}
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific) {
+  manual_seed(device_specific ? seed + uint64_t(process_index()) : seed);
+}
+
+// ---- saving
+
+void Accelerator::on_main_process(const std::string& what, const std::function<void()>& fn) const {
+  std::string error;
+  if (is_main_process()) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
+    }
+  }
+  if (num_processes() > 1) {
+    const std::vector<std::string> all = gather_object(error);
+    if (!all[0].empty() && !is_main_process()) EMBER_FAIL(what, ": the main process failed: ", all[0]);
+  }
+  if (!error.empty()) throw Error(error);
+}
+
+void Accelerator::save_model(const nn::Module& model, const std::string& dir) {
+  on_main_process("save_model", [&] {
+    fs::create_directories(dir);
+    if (!save_if_bert(model, dir)) nn::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "pt"}});
+  });
+}
+
+void Accelerator::save(const nn::StateDict& state_dict, const std::string& path) {
+  on_main_process("save", [&] { nn::save_safetensors(path, state_dict, {{"format", "pt"}}); });
+}
+
+void Accelerator::save(const ObjectState& state, const std::string& path) {
+  on_main_process("save", [&] {
+    std::map<std::string, std::string> metadata{{"format", "ember"}};
+    for (const auto& [k, v] : state.scalars) {
+      std::ostringstream os;
+      os.precision(17);
+      os << v;
+      metadata["scalar." + k] = os.str();
+    }
+    nn::save_safetensors(path, state.tensors, metadata);
+  });
+}
+
+void Accelerator::set_save_iteration(int64_t n) {
+  EMBER_CHECK(n >= 0, "Accelerator::set_save_iteration: n must be >= 0, got ", n);
+  save_iteration_ = n;
+}
+
+std::string Accelerator::save_state(const std::string& dir) {
+  std::string out = dir;
+  const bool automatic = dir.empty();
+  if (automatic) {
+    EMBER_CHECK(!options_.project_dir.empty(),
+                "save_state: no directory given and AcceleratorOptions::project_dir is empty");
+    const std::string root = checkpoints_root(options_.project_dir);
+    out = (fs::path(root) / checkpoint_dir_name(save_iteration_)).string();
+    // Numbers only grow: a lower one would be the first to go in the rotation.
+    const auto existing = list_checkpoints(root);
+    EMBER_CHECK(!fs::exists(out) && (existing.empty() || existing.back().first < save_iteration_), "save_state: ",
+                root, " already holds ", fs::path(existing.empty() ? out : existing.back().second).filename().string(),
+                ", so the next automatic checkpoint cannot be ", checkpoint_dir_name(save_iteration_),
+                "; load_state() to continue that run, or choose the next number with set_save_iteration()");
+  }
+  std::vector<std::shared_ptr<nn::Module>> models = models_;
+  std::vector<nn::StateDict> weights;
+  for (const auto& m : models) weights.push_back(m->state_dict());
+  for (auto& [id, hook] : *save_hooks_) hook(models, weights, out);
+
+  CheckpointPayload payload;
+  if (is_main_process()) payload.models = std::move(weights);
+  for (const auto& o : optimizers_) payload.optimizers.push_back(detail::to_object_state(o->state_dict()));
+  for (const auto& s : schedulers_) payload.schedulers.push_back(detail::to_object_state(s->state_dict()));
+  for (const auto& c : custom_) payload.custom.push_back(c->state_dict());
+  for (const auto& l : dataloaders_) payload.dataloaders.push_back(l->state());
+  payload.rng = default_generator().get_state();
+  payload.accumulation_step = step_;
+  payload.save_iteration = save_iteration_;
+  write_checkpoint(out, payload, *state_);
+
+  if (automatic) {
+    ++save_iteration_;
+    on_main_process("save_state", [&] { rotate_checkpoints(checkpoints_root(options_.project_dir), options_.total_limit); });
+  }
+  return out;
+}
+
+std::string Accelerator::resolve_load_dir(const std::string& dir) const {
+  if (!dir.empty()) return dir;
+  EMBER_CHECK(!options_.project_dir.empty(), "load_state: no directory given and AcceleratorOptions::project_dir is empty");
+  const std::string root = checkpoints_root(options_.project_dir);
+  const auto all = list_checkpoints(root);
+  EMBER_CHECK(!all.empty(), "load_state: no checkpoint under ", root);
+  return all.back().second;
+}
+
+std::string Accelerator::load_state(const std::string& dir) {
+  std::string in = resolve_load_dir(dir);
+  while (in.size() > 1 && in.back() == '/') in.pop_back();
+  std::vector<std::shared_ptr<nn::Module>> models = models_;
+  for (auto& [id, hook] : *load_hooks_) hook(models, in);
+
+  CheckpointPayload saved = read_checkpoint(in, *state_);
+  auto count_check = [&](const char* what, size_t have, size_t prepared) {
+    EMBER_CHECK(have == prepared, "load_state: '", in, "' holds ", have, " ", what, " but ", prepared,
+                " were prepared (or registered) in this program");
+  };
+  count_check("models", saved.models.size(), models.size());
+  count_check("optimizers", saved.optimizers.size(), optimizers_.size());
+  count_check("schedulers", saved.schedulers.size(), schedulers_.size());
+  count_check("registered objects", saved.custom.size(), custom_.size());
+  count_check("data loaders", saved.dataloaders.size(), dataloaders_.size());
+  const std::string prefix = (fs::path(in) / "").string();
+  // Everything is checked before anything changes.
+  for (size_t i = 0; i < models.size(); ++i)
+    check_model_state(prefix + checkpoint_file_name("model", i), *models[i], saved.models[i]);
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const auto& groups = optimizers_[i]->param_groups();
+    const auto& scalars = saved.optimizers[i].scalars;
+    size_t saved_groups = 0;
+    while (scalars.count("group." + std::to_string(saved_groups) + ".num_params")) ++saved_groups;
+    EMBER_CHECK(saved_groups == groups.size(), "load_state: ", prefix, checkpoint_file_name("optimizer", i), " holds ",
+                saved_groups, " parameter groups but optimizer ", i, " has ", groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto n = int64_t(scalars.at("group." + std::to_string(g) + ".num_params"));
+      EMBER_CHECK(n == int64_t(groups[g].params.size()), "load_state: ", prefix, checkpoint_file_name("optimizer", i),
+                  " has ", n, " parameters in group ", g, " but optimizer ", i, " has ", groups[g].params.size());
+    }
+  }
+
+  for (size_t i = 0; i < models.size(); ++i) models[i]->load_state_dict(saved.models[i], /*strict=*/true);
+  auto with_file = [&](const std::string& file, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EMBER_FAIL("load_state: ", file, ": ", e.what());
+    }
+  };
+  for (size_t i = 0; i < optimizers_.size(); ++i)
+    with_file(prefix + checkpoint_file_name("optimizer", i), [&] {
+      optimizers_[i]->load_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
+    });
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    with_file(prefix + checkpoint_file_name("scheduler", i), [&] { schedulers_[i]->load_state_dict(saved.schedulers[i].scalars); });
+  for (size_t i = 0; i < custom_.size(); ++i)
+    with_file(prefix + checkpoint_file_name("custom_checkpoint", i), [&] { custom_[i]->load_state_dict(saved.custom[i]); });
+  for (size_t i = 0; i < dataloaders_.size(); ++i) dataloaders_[i]->restore(saved.dataloaders[i]);
+  default_generator().set_state(saved.rng);
+  step_ = saved.accumulation_step;
+  if (!options_.project_dir.empty() && same_directory(fs::path(in).parent_path(), checkpoints_root(options_.project_dir)))
+    save_iteration_ = saved.save_iteration + 1;
+  return in;
+}
+
+RemovableHandle Accelerator::register_save_state_pre_hook(SaveStatePreHook hook) {
+  const int id = next_hook_id_++;
+  (*save_hooks_)[id] = std::move(hook);
+  std::weak_ptr<std::map<int, SaveStatePreHook>> hooks = save_hooks_;
+  return RemovableHandle([hooks, id] {
+    if (auto h = hooks.lock()) h->erase(id);
+  });
+}
+
+RemovableHandle Accelerator::register_load_state_pre_hook(LoadStatePreHook hook) {
+  const int id = next_hook_id_++;
+  (*load_hooks_)[id] = std::move(hook);
+  std::weak_ptr<std::map<int, LoadStatePreHook>> hooks = load_hooks_;
+  return RemovableHandle([hooks, id] {
+    if (auto h = hooks.lock()) h->erase(id);
+  });
+}
+
+}  // namespace ember::distributed

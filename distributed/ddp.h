@@ -1,0 +1,98 @@
+// DistributedDataParallel: data parallelism over a ProcessGroup, the C++ twin of
+// torch.nn.parallel.DistributedDataParallel. It does not wrap the model's type: it installs
+// itself on the model's parameters, so the caller keeps using its own model (which is what
+// Accelerator::prepare returns). Each rank runs forward/backward on its own batch; when
+// backward ends, every .grad holds the average over ranks, so an optimizer step gives the
+// same parameters on every rank as one process would get on the concatenated batch.
+//
+//   auto ddp = std::make_shared<DistributedDataParallel>(model, pg);   // keep it alive
+//   for (...) {
+//     ddp->sync_buffers();                  // or: auto out = ddp->forward(x);
+//     loss(model->forward(x)).backward();   // gradients averaged over ranks here
+//     opt.step(); opt.zero_grad();
+//   }
+//
+// Construction is a collective: every rank must construct it, with the same parameters.
+// Destroying it removes its effect (the hooks it left on the parameters become no-ops).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace ember::distributed {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25.0;
+  // Broadcast buffers (e.g. running statistics) from rank 0 in sync_buffers()/forward().
+  bool broadcast_buffers = true;
+  // Parameters without a gradient in a backward pass count as zeros instead of an error
+  // (costs one extra small all-reduce per step).
+  bool find_unused_parameters = false;
+  // .grad becomes a view into the communication buffer: saves a copy and memory.
+  bool gradient_as_bucket_view = false;
+};
+
+class DistributedDataParallel {
+ public:
+  // Checks that every rank holds the same parameter and buffer names/shapes/dtypes, copies
+  // rank 0's parameters and buffers to every rank, builds the buckets and installs the hooks.
+  DistributedDataParallel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> pg,
+                          DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // The single-tensor forward: sync_buffers() (when broadcast_buffers), then the model's.
+  Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Copies rank 0's buffers to every rank (a collective). No-op when broadcast_buffers is off
+  // or the model has no buffers.
+  void sync_buffers();
+
+  // While the guard lives, backward only accumulates gradients locally; the first backward
+  // after it all-reduces everything accumulated (gradient accumulation without extra traffic).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(Reducer& reducer) : reducer_(&reducer), previous_(reducer.sync()) { reducer.set_sync(false); }
+    ~NoSyncGuard() {
+      if (reducer_) reducer_->set_sync(previous_);
+    }
+    NoSyncGuard(NoSyncGuard&& o) noexcept : reducer_(o.reducer_), previous_(o.previous_) { o.reducer_ = nullptr; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+   private:
+    Reducer* reducer_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*reducer_); }
+  bool require_backward_grad_sync() const { return reducer_->sync(); }
+  void set_require_backward_grad_sync(bool on) { reducer_->set_sync(on); }
+
+  const std::shared_ptr<nn::Module>& module() const { return model_; }
+  const std::shared_ptr<ProcessGroup>& process_group() const { return pg_; }
+  const DDPOptions& options() const { return options_; }
+
+  // Bytes of each gradient bucket, in the order they are all-reduced; and their parameters.
+  std::vector<int64_t> bucket_sizes() const { return reducer_->bucket_sizes(); }
+  std::vector<std::vector<std::string>> bucket_parameter_names() const { return reducer_->bucket_parameter_names(); }
+  // Communication time: total span and the part exposed at the end of backward, per step.
+  const CommStats& comm_stats() const { return reducer_->stats(); }
+  void reset_comm_stats() { reducer_->reset_stats(); }
+
+ private:
+  void verify_same_model_on_all_ranks();
+  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<ProcessGroup> pg_;
+  DDPOptions options_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+}  // namespace ember::distributed

@@ -1,0 +1,709 @@
+#include "distributed/process_group_gloo.h"
+
+#include <arpa/inet.h>
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "distributed/gloo_store_adapter.h"
+
+namespace ember::distributed {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string duration_str(milliseconds t) {
+  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + "s";
+  if (t.count() > 1000) {
+    std::ostringstream os;
+    os << double(t.count()) / 1000.0 << "s";
+    return os.str();
+  }
+  return std::to_string(t.count()) + "ms";
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host.empty() || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// The local address the kernel would use to reach `host` (a UDP connect sends nothing).
+std::string local_address_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  std::string result;
+  for (addrinfo* a = found; a && result.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      const void* src = local.ss_family == AF_INET
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, src, buf, sizeof(buf))) result = buf;
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return result;
+}
+
+gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& opt) {
+  gloo::transport::tcp::attr attr;
+  const std::string ifname = opt.gloo_ifname.empty() ? env_or("EMBER_GLOO_IFNAME", "") : opt.gloo_ifname;
+  if (!ifname.empty()) {
+    attr.iface = ifname;
+    return attr;
+  }
+  std::string host = opt.gloo_hostname.empty() ? env_or("EMBER_GLOO_HOSTNAME", "") : opt.gloo_hostname;
+  if (host.empty()) {
+    const std::string master = env_or("MASTER_ADDR", "");
+    if (!is_loopback_host(master)) host = local_address_toward(master);
+  }
+  attr.hostname = host.empty() ? "127.0.0.1" : host;
+  return attr;
+}
+
+// Gloo prefixes its messages with "[source.cc:123] "; the user needs only the rest.
+std::string strip_source_location(std::string msg) {
+  while (!msg.empty() && msg[0] == '[') {
+    const size_t close = msg.find("] ");
+    if (close == std::string::npos || msg.find(':') > close) break;
+    msg = msg.substr(close + 2);
+  }
+  return msg;
+}
+
+// ---- element-wise combiners handed to Gloo: out[i] = a[i] (op) b[i]
+
+struct SumOp { template <typename T> T operator()(T a, T b) const { return a + b; } };
+// Max and Min propagate NaN, as torch.maximum does.
+struct MaxOp {
+  template <typename T> T operator()(T a, T b) const { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+};
+struct MinOp {
+  template <typename T> T operator()(T a, T b) const { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+};
+
+template <typename T, typename Op>
+void combine(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  const Op op;
+  for (size_t i = 0; i < n; ++i) o[i] = op(x[i], y[i]);
+}
+
+// 16-bit floats travel as their bits and are combined in float.
+template <typename H, typename Op>
+void combine16(void* out, const void* a, const void* b, size_t n) {
+  H* o = static_cast<H*>(out);
+  const H* x = static_cast<const H*>(a);
+  const H* y = static_cast<const H*>(b);
+  const Op op;
+  for (size_t i = 0; i < n; ++i) o[i] = H(op(float(x[i]), float(y[i])));
+}
+
+template <typename Op>
+gloo::AllreduceOptions::Func combiner_for(DType dt) {
+  switch (dt) {
+    case DType::f32: return &combine<float, Op>;
+    case DType::f64: return &combine<double, Op>;
+    case DType::f16: return &combine16<Half, Op>;
+    case DType::bf16: return &combine16<BFloat16, Op>;
+    case DType::i32: return &combine<int32_t, Op>;
+    case DType::i64: return &combine<int64_t, Op>;
+    default: break;
+  }
+  EMBER_FAIL("allreduce: dtype ", dt, " is not supported");
+}
+
+gloo::AllreduceOptions::Func combiner(DType dt, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return combiner_for<SumOp>(dt);
+    case ReduceOp::Max: return combiner_for<MaxOp>(dt);
+    case ReduceOp::Min: return combiner_for<MinOp>(dt);
+  }
+  EMBER_FAIL("allreduce: unknown reduce op");
+}
+
+template <typename T>
+void divide_in_place(void* data, size_t n, int by) {
+  T* p = static_cast<T*>(data);
+  const float d = float(by);
+  for (size_t i = 0; i < n; ++i) p[i] = T(float(p[i]) / d);
+}
+
+void divide(void* data, size_t n, DType dt, int by) {
+  switch (dt) {
+    case DType::f32: divide_in_place<float>(data, n, by); return;
+    case DType::f64: {
+      double* p = static_cast<double*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= double(by);
+      return;
+    }
+    case DType::f16: divide_in_place<Half>(data, n, by); return;
+    case DType::bf16: divide_in_place<BFloat16>(data, n, by); return;
+    default: EMBER_FAIL("allreduce: avg of ", dt, " tensors is not defined");
+  }
+}
+
+// "[ip]:port" of the socket this rank accepts connections on (the pair's address carries it).
+std::string listen_address(gloo::Context& context, int peer) {
+  std::string s = context.getPair(peer)->address().str();
+  const size_t close = s.find(']');
+  if (close == std::string::npos) return s;
+  size_t end = close + 1;
+  if (end < s.size() && s[end] == ':') {
+    ++end;
+    while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+  }
+  return s.substr(0, end);
+}
+
+// True when `text` contains `address` ("[ip]:port") not followed by another digit.
+bool mentions_address(const std::string& text, const std::string& address) {
+  if (address.empty()) return false;
+  for (size_t at = text.find(address); at != std::string::npos; at = text.find(address, at + 1)) {
+    const size_t end = at + address.size();
+    if (end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]))) return true;
+  }
+  return false;
+}
+
+// Gloo writes to sockets without MSG_NOSIGNAL: a peer that died would kill this process with
+// SIGPIPE instead of failing the collective. A handler the program installed is left alone.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+bool supported_dtype(DType dt) { return dt != DType::boolean; }
+
+class GlooWork : public Work {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    done_cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+// Raised inside a collective when the ranks disagree about it; every rank sees the same
+// fingerprints and fails alike, so the group stays usable.
+struct Disagreement : Error {
+  using Error::Error;
+};
+
+constexpr int kMaxDims = 16;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+class ProcessGroupGloo::Impl {
+ public:
+  Impl(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options);
+  ~Impl();
+
+  std::string where(const char* op) const {
+    return detail::str_cat(op, " (world ", size, ", rank ", rank, ")");
+  }
+  void check_tensor(const char* op, const Tensor& t) const;
+  std::shared_ptr<Work> enqueue(const char* op, std::function<void()> fn);
+
+  // The collectives, as run by the worker thread.
+  void run_allreduce(const char* op_name, void* data, size_t n, DType dt, ReduceOp op);
+  void run_broadcast(void* data, size_t bytes, int root);
+  std::vector<int64_t> exchange(const char* op, const std::vector<int64_t>& mine);  // size * mine.size()
+  void run_allgatherv(const void* in, size_t in_bytes, void* out, const std::vector<size_t>& bytes);
+  void run_barrier();
+  // Fails with a Disagreement when the ranks' fingerprints differ; `describe` renders one.
+  void agree(const char* op, const std::vector<int64_t>& mine,
+             const std::function<std::string(const int64_t*)>& describe);
+
+  int rank;
+  int size;
+  ProcessGroupOptions opt;
+  bool check_shapes = false;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::vector<std::string> addresses;  // per rank, as Gloo prints peers
+
+ private:
+  void run();
+  std::string describe_failure(const char* op, const std::string& what, uint64_t seq);
+
+  struct Task {
+    const char* op;
+    std::function<void()> fn;
+    std::shared_ptr<GlooWork> work;
+  };
+  uint32_t next_tag_ = 1;
+  uint64_t executed_ = 0;  // collectives run so far: the same count on every rank
+  std::mutex mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::string broken_;  // the first failure; the group refuses further work after it
+  std::thread worker_;
+};
+
+ProcessGroupGloo::Impl::Impl(std::shared_ptr<Store> user_store, int rank_, int size_, ProcessGroupOptions options)
+    : rank(rank_), size(size_), opt(std::move(options)) {
+  EMBER_CHECK(size >= 1, "ProcessGroupGloo: size must be at least 1, got ", size);
+  EMBER_CHECK(rank >= 0 && rank < size, "ProcessGroupGloo: rank ", rank, " is out of range for size ", size);
+  EMBER_CHECK(opt.timeout.count() > 0, "ProcessGroupGloo: timeout must be positive, got ", opt.timeout.count(), " ms");
+  check_shapes = opt.check_shapes || env_or("EMBER_DISTRIBUTED_DEBUG", "0") == "1";
+  ignore_sigpipe();
+  store = group_key_space(user_store, rank);
+  const std::string setup = detail::str_cat("ProcessGroupGloo setup (world ", size, ", rank ", rank, ")");
+
+  const auto attr = device_attr(opt);
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    EMBER_FAIL(setup, ": cannot open a TCP endpoint on ",
+               attr.iface.empty() ? "address '" + attr.hostname + "'" : "interface '" + attr.iface + "'", ": ",
+               strip_source_location(e.what()),
+               " (set EMBER_GLOO_IFNAME to a network interface or EMBER_GLOO_HOSTNAME to this host's address)");
+  }
+  store->set_string("joined/" + std::to_string(rank), "1");
+
+  // Everyone must have published an address before Gloo connects: waiting here names the
+  // ranks that never came, instead of failing somewhere inside the connection setup.
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("joined/" + std::to_string(r));
+  const auto missing = wait_for_keys(*store, keys, opt.timeout);
+  if (!missing.empty()) {
+    std::vector<int> absent;
+    for (const auto& k : missing) absent.push_back(std::stoi(k.substr(k.find('/') + 1)));
+    EMBER_FAIL(setup, ": ", rank_list(absent), absent.size() == 1 ? " did" : " did", " not join within ",
+               duration_str(opt.timeout), " (", size - int(absent.size()), " of ", size, " ranks arrived)");
+  }
+
+  context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(opt.timeout);
+  GlooStoreAdapter adapter(store);
+  try {
+    context->connectFullMesh(adapter, device);
+  } catch (const std::exception& e) {
+    EMBER_FAIL(setup, ": connecting to the other ranks failed: ", strip_source_location(e.what()));
+  }
+  // Gloo names a peer by the address it dialled; record every rank's so errors can name ranks.
+  const std::string mine = size > 1 ? listen_address(*context, rank == 0 ? 1 : 0) : "";
+  store->set_string("listen/" + std::to_string(rank), mine);
+  for (int r = 0; r < size; ++r) addresses.push_back(store->get_string("listen/" + std::to_string(r)));
+  worker_ = std::thread([this] { run(); });
+}
+
+ProcessGroupGloo::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void ProcessGroupGloo::Impl::check_tensor(const char* op, const Tensor& t) const {
+  EMBER_CHECK(t.defined(), where(op), ": the tensor is undefined");
+  EMBER_CHECK(t.is_cpu(), where(op), ": the gloo backend works on CPU tensors, got a tensor on ", t.device(),
+              " (use the nccl backend for CUDA tensors, or move the tensor with .to(Device::cpu()))");
+  EMBER_CHECK(t.is_contiguous(), where(op), ": the tensor must be contiguous, got shape ", t.shape(),
+              " with strides ", t.strides(), " (call .contiguous() and copy the result back)");
+  EMBER_CHECK(supported_dtype(t.dtype()), where(op), ": dtype ", t.dtype(),
+              " is not supported (f32, f64, f16, bf16, i32, i64 are)");
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::Impl::enqueue(const char* op, std::function<void()> fn) {
+  auto work = std::make_shared<GlooWork>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Task{op, std::move(fn), work});
+  }
+  queue_cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupGloo::Impl::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      if (stopping_) {
+        lock.unlock();
+        task.work->finish(std::make_exception_ptr(
+            Error(where(task.op) + ": the process group was destroyed before the collective ran")));
+        continue;
+      }
+    }
+    std::exception_ptr error;
+    if (!broken_.empty()) {
+      error = std::make_exception_ptr(
+          Error(where(task.op) + ": the process group is unusable after an earlier failure: " + broken_));
+    } else {
+      const uint64_t seq = executed_++;
+      try {
+        task.fn();
+      } catch (const Disagreement&) {
+        error = std::current_exception();
+      } catch (const std::exception& e) {
+        broken_ = describe_failure(task.op, e.what(), seq);
+        error = std::make_exception_ptr(Error(broken_));
+      }
+    }
+    task.work->finish(error);
+  }
+}
+
+std::string ProcessGroupGloo::Impl::describe_failure(const char* op, const std::string& what, uint64_t seq) {
+  const std::string detail = strip_source_location(what);
+  // First ask the store which ranks are alive to report the same failure: a rank that fails
+  // because another one died closes its connections too, so the peer Gloo names may be a
+  // bystander. The store may have died with its host; then only Gloo's view is left.
+  std::vector<int> silent;
+  bool store_answered = false;
+  if (size > 1) {
+    try {
+      const std::string base = "failure/" + std::to_string(seq) + "/";
+      store->set_string(base + std::to_string(rank), "1");
+      std::vector<std::string> keys;
+      for (int r = 0; r < size; ++r)
+        if (r != rank) keys.push_back(base + std::to_string(r));
+      const auto window = std::min<milliseconds>(opt.timeout / 2, milliseconds(1000));
+      for (const auto& k : wait_for_keys(*store, keys, window)) silent.push_back(std::stoi(k.substr(base.size())));
+      store_answered = true;
+    } catch (const std::exception&) {
+      silent.clear();
+    }
+  }
+  // Gloo names the peer by address: a lower rank dials a higher one's listening address, so a
+  // known address names a higher rank, and an unknown one a lower rank.
+  std::vector<int> named;
+  for (int r = rank + 1; r < size; ++r)
+    if (mentions_address(detail, addresses[size_t(r)])) named.push_back(r);
+  if (named.empty() && rank == 1 && detail.find("[") != std::string::npos) named.push_back(0);
+  if (size == 2) named = {1 - rank};
+  const bool timed_out = detail.find("imed out") != std::string::npos;
+  std::string msg = where(op) + ": ";
+  if (!silent.empty()) {
+    // A survivor that noticed later than the others is listed too, hence "or stuck".
+    msg += timed_out ? rank_list(silent) + " did not respond within " + duration_str(opt.timeout)
+                     : "no word from " + rank_list(silent) + " (exited, killed or stuck)";
+  } else if (!named.empty() && !store_answered) {
+    msg += timed_out ? rank_list(named) + " did not respond within " + duration_str(opt.timeout)
+                     : "lost the connection to " + rank_list(named);
+  } else {
+    msg += timed_out ? "a peer did not respond within " + duration_str(opt.timeout) : "the collective failed";
+  }
+  return msg + " (" + detail + ")";
+}
+
+void ProcessGroupGloo::Impl::run_allreduce(const char* op_name, void* data, size_t n, DType dt, ReduceOp op) {
+  if (n == 0) return;
+  if (size > 1) {
+    gloo::AllreduceOptions o(context);
+    switch (dtype_size(dt)) {
+      case 2: o.setOutput(static_cast<uint16_t*>(data), n); break;
+      case 4: o.setOutput(static_cast<uint32_t*>(data), n); break;
+      case 8: o.setOutput(static_cast<uint64_t*>(data), n); break;
+      default: EMBER_FAIL(where(op_name), ": dtype ", dt, " is not supported");
+    }
+    o.setReduceFunction(combiner(dt, op));
+    o.setTag(next_tag_++);
+    o.setTimeout(opt.timeout);
+    gloo::allreduce(o);
+  }
+  if (op == ReduceOp::Avg) divide(data, n, dt, size);
+}
+
+void ProcessGroupGloo::Impl::run_broadcast(void* data, size_t bytes, int root) {
+  if (bytes == 0 || size == 1) return;
+  gloo::BroadcastOptions o(context);
+  o.setOutput(static_cast<uint8_t*>(data), bytes);
+  o.setRoot(root);
+  o.setTag(next_tag_++);
+  o.setTimeout(opt.timeout);
+  gloo::broadcast(o);
+}
+
+std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const char* op, const std::vector<int64_t>& mine) {
+  std::vector<int64_t> all(mine.size() * size_t(size));
+  if (size == 1) return mine;
+  std::vector<int64_t> in = mine;
+  gloo::AllgatherOptions o(context);
+  o.setInput(in.data(), in.size());
+  o.setOutput(all.data(), all.size());
+  o.setTag(next_tag_++);
+  o.setTimeout(opt.timeout);
+  gloo::allgather(o);
+  return all;
+}
+
+void ProcessGroupGloo::Impl::agree(const char* op, const std::vector<int64_t>& mine,
+                                   const std::function<std::string(const int64_t*)>& describe) {
+  const auto all = exchange(op, mine);
+  const size_t k = mine.size();
+  bool same = true;
+  for (int r = 1; r < size && same; ++r)
+    same = std::equal(all.begin(), all.begin() + long(k), all.begin() + long(r * k));
+  if (same) return;
+  std::string msg = where(op) + ": the ranks called it with different tensors: ";
+  for (int r = 0; r < size; ++r) msg += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " + describe(&all[r * k]);
+  throw Disagreement(msg);
+}
+
+void ProcessGroupGloo::Impl::run_allgatherv(const void* in, size_t in_bytes, void* out,
+                                            const std::vector<size_t>& bytes) {
+  size_t total = 0;
+  for (size_t b : bytes) total += b;
+  if (total == 0) return;
+  if (size == 1) {
+    std::memcpy(out, in, in_bytes);
+    return;
+  }
+  gloo::AllgathervOptions o(context);
+  // Gloo wants a buffer even for an empty contribution.
+  uint8_t dummy = 0;
+  o.setInput(in_bytes ? static_cast<uint8_t*>(const_cast<void*>(in)) : &dummy, in_bytes);
+  o.setOutput(static_cast<uint8_t*>(out), bytes);
+  o.setTag(next_tag_++);
+  o.setTimeout(opt.timeout);
+  gloo::allgatherv(o);
+}
+
+void ProcessGroupGloo::Impl::run_barrier() {
+  if (size == 1) return;
+  gloo::BarrierOptions o(context);
+  o.setTag(next_tag_++);
+  o.setTimeout(opt.timeout);
+  gloo::barrier(o);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string describe_tensor(const int64_t* f) {
+  // fingerprint layout: numel, dtype, extra
+  return detail::str_cat(f[0], " elements of ", dtype_name(DType(f[1])));
+}
+
+}  // namespace
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
+    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>(std::move(store), rank, size, std::move(options))) {}
+
+ProcessGroupGloo::~ProcessGroupGloo() = default;
+
+std::chrono::milliseconds ProcessGroupGloo::timeout() const { return impl_->opt.timeout; }
+std::string ProcessGroupGloo::address() const { return impl_->addresses[size_t(rank_)]; }
+
+std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
+  impl_->check_tensor("allreduce", tensor);
+  EMBER_CHECK(op != ReduceOp::Avg || tensor.is_floating_point(), impl_->where("allreduce"),
+              ": avg is defined for floating-point tensors only, got ", tensor.dtype(),
+              " (reduce with sum and divide as needed)");
+  Impl* impl = impl_.get();
+  return impl->enqueue("allreduce", [impl, tensor, op] {
+    if (impl->check_shapes)
+      impl->agree("allreduce", {tensor.numel(), int64_t(tensor.dtype()), int64_t(op)}, [](const int64_t* f) {
+        return describe_tensor(f) + " with op " + reduce_op_name(ReduceOp(f[2]));
+      });
+    impl->run_allreduce("allreduce", tensor.raw_data(), size_t(tensor.numel()), tensor.dtype(), op);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
+  impl_->check_tensor("broadcast", tensor);
+  EMBER_CHECK(root >= 0 && root < size_, impl_->where("broadcast"), ": root ", root, " is out of range for world size ",
+              size_);
+  Impl* impl = impl_.get();
+  return impl->enqueue("broadcast", [impl, tensor, root] {
+    if (impl->check_shapes)
+      impl->agree("broadcast", {tensor.numel(), int64_t(tensor.dtype()), root}, [](const int64_t* f) {
+        return describe_tensor(f) + " from root " + std::to_string(f[2]);
+      });
+    impl->run_broadcast(tensor.raw_data(), size_t(tensor.numel()) * tensor.element_size(), root);
+  });
+}
+
+std::vector<Tensor> ProcessGroupGloo::allgather(const Tensor& tensor) {
+  impl_->check_tensor("allgather", tensor);
+  EMBER_CHECK(tensor.dim() <= kMaxDims, impl_->where("allgather"), ": tensors of more than ", kMaxDims,
+              " dimensions are not supported, got shape ", tensor.shape());
+  Impl* impl = impl_.get();
+  const int n = size_;
+  std::vector<Tensor> result;
+  impl->enqueue("allgather", [impl, tensor, n, &result] {
+    // Fingerprint: dtype, ndim, then the shape (dim 0 may differ between ranks).
+    std::vector<int64_t> mine(2 + kMaxDims, 0);
+    mine[0] = int64_t(tensor.dtype());
+    mine[1] = tensor.dim();
+    for (int64_t d = 0; d < tensor.dim(); ++d) mine[size_t(2 + d)] = tensor.size(d);
+    const auto all = impl->exchange("allgather", mine);
+    const size_t k = mine.size();
+    auto shape_of = [&](int r) {
+      const int64_t* f = &all[size_t(r) * k];
+      return Shape(f + 2, f + 2 + f[1]);
+    };
+    bool same = true;
+    for (int r = 0; r < n; ++r) {
+      const int64_t* f = &all[size_t(r) * k];
+      bool trailing = f[0] == mine[0] && f[1] == mine[1];
+      for (int64_t d = 1; trailing && d < mine[1]; ++d) trailing = f[2 + d] == mine[size_t(2 + d)];
+      same = same && trailing;
+    }
+    if (!same) {
+      std::string msg = impl->where("allgather") + ": shapes may differ only in dim 0 and dtypes must agree, got ";
+      for (int r = 0; r < n; ++r)
+        msg += (r ? ", " : "") + detail::str_cat("rank ", r, " ", shape_of(r), " ", dtype_name(DType(all[size_t(r) * k])));
+      throw Disagreement(msg);
+    }
+    // Gather everything into one buffer; each rank's piece is a view of it.
+    const size_t elem = tensor.element_size();
+    std::vector<size_t> bytes(static_cast<size_t>(n));
+    int64_t rows = 0;
+    for (int r = 0; r < n; ++r) {
+      const Shape s = shape_of(r);
+      const int64_t numel = s.empty() ? 1 : numel_of(s);
+      bytes[size_t(r)] = size_t(numel) * elem;
+      rows += s.empty() ? 1 : s[0];
+    }
+    Shape out_shape = tensor.shape();
+    if (out_shape.empty()) out_shape = {rows};
+    else out_shape[0] = rows;
+    Tensor out = make_tensor(out_shape, tensor.dtype(), Device::cpu());
+    impl->run_allgatherv(tensor.raw_data(), size_t(tensor.numel()) * elem, out.raw_data(), bytes);
+    int64_t start = 0;
+    for (int r = 0; r < n; ++r) {
+      const Shape s = shape_of(r);
+      if (s.empty()) {
+        result.push_back(out.select(0, start));
+        start += 1;
+      } else {
+        result.push_back(out.narrow(0, start, s[0]));
+        start += s[0];
+      }
+    }
+  })->wait();
+  return result;
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(Tensor output, const Tensor& input, ReduceOp op) {
+  const char* name = "reduce_scatter";
+  impl_->check_tensor(name, input);
+  impl_->check_tensor(name, output);
+  EMBER_CHECK(input.dim() >= 1 && input.size(0) % size_ == 0, impl_->where(name), ": input dim 0 must split into ",
+              size_, " equal chunks, got shape ", input.shape());
+  Shape chunk = input.shape();
+  chunk[0] /= size_;
+  EMBER_CHECK(output.shape() == chunk, impl_->where(name), ": output shape ", output.shape(),
+              " does not match one chunk of input ", input.shape(), " (expected ", chunk, ")");
+  EMBER_CHECK(output.dtype() == input.dtype(), impl_->where(name), ": output dtype ", output.dtype(),
+              " differs from input dtype ", input.dtype());
+  EMBER_CHECK(op != ReduceOp::Avg || input.is_floating_point(), impl_->where(name),
+              ": avg is defined for floating-point tensors only, got ", input.dtype(),
+              " (reduce with sum and divide as needed)");
+  Impl* impl = impl_.get();
+  const int r = rank_;
+  return impl->enqueue(name, [impl, output, input, op, r, name] {
+    impl->agree(name, {input.numel(), int64_t(input.dtype()), int64_t(op)}, [](const int64_t* f) {
+      return describe_tensor(f) + " with op " + reduce_op_name(ReduceOp(f[2]));
+    });
+    Tensor all = input.clone();
+    impl->run_allreduce(name, all.raw_data(), size_t(all.numel()), all.dtype(), op);
+    const size_t chunk_bytes = size_t(output.numel()) * output.element_size();
+    if (chunk_bytes)
+      std::memcpy(output.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + size_t(r) * chunk_bytes, chunk_bytes);
+  });
+}
+
+void ProcessGroupGloo::barrier() {
+  Impl* impl = impl_.get();
+  impl->enqueue("barrier", [impl] { impl->run_barrier(); })->wait();
+}
+
+std::vector<Bytes> ProcessGroupGloo::allgather_bytes(const Bytes& mine) {
+  Impl* impl = impl_.get();
+  const int n = size_;
+  std::vector<Bytes> result;
+  impl->enqueue("allgather_bytes", [impl, &mine, n, &result] {
+    const auto lengths = impl->exchange("allgather_bytes", {int64_t(mine.size())});
+    std::vector<size_t> bytes(lengths.begin(), lengths.end());
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    std::vector<uint8_t> out(total);
+    impl->run_allgatherv(mine.data(), mine.size(), out.data(), bytes);
+    size_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      result.emplace_back(out.begin() + long(at), out.begin() + long(at + bytes[size_t(r)]));
+      at += bytes[size_t(r)];
+    }
+  })->wait();
+  return result;
+}
+
+}  // namespace ember::distributed

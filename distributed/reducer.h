@@ -1,0 +1,119 @@
+// Reducer: the gradient side of DistributedDataParallel. Parameters are grouped into buckets
+// (reverse registration order, one dtype/device per bucket, about bucket_cap_mb each). When the
+// last gradient of a bucket has been accumulated, the bucket's gradients are copied into one
+// flat buffer (allocated once, reused every step) and all-reduced asynchronously, so the
+// communication overlaps the rest of backward. A callback queued on the autograd engine waits
+// for every bucket when backward ends, averages and writes the result back into each .grad.
+//
+// Buckets are launched strictly in index order on every rank (a ready bucket waits for the
+// ones before it), so the collectives match across ranks even when gradients arrive in a
+// different order.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distributed/process_group.h"
+
+namespace ember::distributed {
+
+struct ReducerOptions {
+  double bucket_cap_mb = 25.0;
+  // Parameters without a gradient in a pass count as zeros instead of being an error.
+  bool find_unused_parameters = false;
+  // After a synchronised backward, each .grad is a view into its bucket's buffer: no copy
+  // back, and the next pass accumulates straight into the bucket.
+  bool gradient_as_bucket_view = false;
+};
+
+// Communication timing, for benchmarks. The span of a step runs from the first bucket's
+// launch to the end of the wait at the end of backward; the exposed part is the time
+// backward was blocked in that wait, the rest overlapped computation.
+struct CommStats {
+  int64_t steps = 0;             // synchronised backward passes
+  int64_t buckets_reduced = 0;   // all-reduces issued
+  int64_t bytes_reduced = 0;
+  double total_comm_ms = 0;      // sum of per-step spans
+  double total_exposed_ms = 0;   // sum of per-step waits
+  double last_comm_ms = 0;
+  double last_exposed_ms = 0;
+  double total_hidden_ms() const { return total_comm_ms - total_exposed_ms; }
+};
+
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
+
+  // Builds the buckets and installs a post-accumulate-grad hook on every parameter. The hooks
+  // hold only a weak reference: once the Reducer is gone they do nothing.
+  static std::shared_ptr<Reducer> create(NamedParameters params, std::shared_ptr<ProcessGroup> pg,
+                                         ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Off: hooks leave gradients to accumulate locally; the next synchronised pass reduces them.
+  void set_sync(bool on) { sync_ = on; }
+  bool sync() const { return sync_; }
+
+  // Bytes of each bucket, in launch order.
+  std::vector<int64_t> bucket_sizes() const;
+  // Parameter names of each bucket, in launch order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    size_t bucket = 0;
+    int64_t offset = 0;   // in elements, within the bucket buffer
+    bool ready = false;   // its gradient arrived in the current pass
+  };
+  struct Bucket {
+    DType dtype = DType::f32;
+    Device device = Device::cpu();
+    std::vector<size_t> params;
+    int64_t numel = 0;
+    Tensor buffer;        // flat, contiguous, reused across steps
+    size_t pending = 0;   // gradients still missing in the current pass
+    std::shared_ptr<Work> work;
+  };
+  struct PassToken;
+
+  Reducer(NamedParameters params, std::shared_ptr<ProcessGroup> pg, ReducerOptions options);
+  void build_buckets();
+  void install_hooks();
+
+  void on_gradient_ready(size_t index);
+  void begin_pass();
+  void launch_ready_buckets();
+  void launch(size_t bucket);
+  void finish_pass();          // the end-of-backward callback
+  void abandon_pass() noexcept;  // a pass that failed: drain the work, forget the state
+  void wait_all_launched();
+  void reset_pass_state();
+
+  Tensor slot(const Param& p) const;  // the parameter's view into its bucket
+  bool grad_is_slot(const Param& p) const;
+
+  NamedParameters named_;
+  std::shared_ptr<ProcessGroup> pg_;
+  ReducerOptions options_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+
+  bool sync_ = true;
+  bool pass_active_ = false;
+  size_t next_bucket_ = 0;
+  Clock::time_point first_launch_;
+  bool launched_any_ = false;
+  CommStats stats_;
+};
+
+}  // namespace ember::distributed

@@ -1,0 +1,58 @@
+// env:// rendezvous, as torchrun and `ember launch` set it up: every rank reads who it is from
+// the environment, rank 0 serves a TcpStore at MASTER_ADDR:MASTER_PORT, the others connect to
+// it, and a store barrier makes sure the whole job showed up before training starts.
+//
+//   RendezvousInfo info = rendezvous_info_from_env();
+//   std::shared_ptr<Store> store = rendezvous(info, std::chrono::seconds(30));
+//
+// With none of the variables set, the program is a single process (rank 0 of 1).
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "distributed/store.h"
+
+namespace ember::distributed {
+
+struct RendezvousInfo {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0 only for a single process: any free port
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // index of this process on its machine
+  int local_world_size = 1;  // processes on this machine
+
+  // The machine's index, assuming every machine runs local_world_size processes.
+  int node_rank() const { return rank / local_world_size; }
+  int num_nodes() const { return (world_size + local_world_size - 1) / local_world_size; }
+};
+
+// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE. RANK and
+// WORLD_SIZE come together (as do LOCAL_RANK and LOCAL_WORLD_SIZE, which default to a single
+// machine); MASTER_ADDR and MASTER_PORT are required once WORLD_SIZE > 1. A malformed,
+// inconsistent or half-set value is an ember::Error naming the variable and its value.
+RendezvousInfo rendezvous_info_from_env();
+// The same, reading variables through `lookup` (nullopt = unset) instead of the environment.
+RendezvousInfo rendezvous_info_from(const std::function<std::optional<std::string>(const std::string&)>& lookup);
+
+// The address rank 0's store listens on: EMBER_STORE_BIND_ADDR when set, loopback when
+// MASTER_ADDR is a loopback name or address, otherwise every interface (0.0.0.0).
+std::string store_bind_address(const RendezvousInfo& info);
+
+// Rank 0 starts the store server, the other ranks connect to it (retrying until `timeout`).
+std::shared_ptr<Store> connect_store(const RendezvousInfo& info, std::chrono::milliseconds timeout);
+
+// Returns once all world_size ranks have called it with the same `name`, or throws
+// "rendezvous: only 1 of 2 ranks arrived within 30s (missing ranks: 1)". Each rank records its
+// arrival under "<name>/rank_<r>" and bumps the counter "<name>". A name is good for one barrier
+// per store.
+void rendezvous_barrier(Store& store, int rank, int world_size, std::chrono::milliseconds timeout,
+                        const std::string& name = "ember/rendezvous");
+
+// connect_store followed by rendezvous_barrier.
+std::shared_ptr<Store> rendezvous(const RendezvousInfo& info, std::chrono::milliseconds timeout);
+
+}  // namespace ember::distributed

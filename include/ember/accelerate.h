@@ -1,0 +1,32 @@
+// The distributed training API in one include: #include <ember/accelerate.h>
+//
+//   ember::Accelerator acc({.gradient_accumulation_steps = 4});
+//   auto [model, opt, loader, sched] = acc.prepare(model, opt, loader, sched);
+//
+// See distributed/accelerator.h and docs/accelerate_semantics.md.
+#pragma once
+
+#include "ember/ember.h"
+
+#include "distributed/accelerated_dataloader.h"
+#include "distributed/accelerated_optimizer.h"
+#include "distributed/accelerated_scheduler.h"
+#include "distributed/accelerator.h"
+#include "distributed/accelerator_state.h"
+#include "distributed/checkpointing.h"
+#include "distributed/ddp.h"
+#include "distributed/operations.h"
+
+namespace ember {
+
+using distributed::AcceleratedDataLoader;
+using distributed::AcceleratedOptimizer;
+using distributed::AcceleratedScheduler;
+using distributed::Accelerator;
+using distributed::AcceleratorOptions;
+using distributed::AcceleratorState;
+using distributed::Checkpointable;
+using distributed::GradientState;
+using distributed::ObjectState;
+
+}  // namespace ember

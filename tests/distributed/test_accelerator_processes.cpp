@@ -1,0 +1,230 @@
+// The Accelerator over real processes on loopback: tests/programs/accel_worker started once
+// per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (a free port), with no environment at
+// all for one process, and through `ember launch`. Every child runs under a deadline and is
+// killed when it passes it.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "nn/io/safetensors.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kDeadline = std::chrono::seconds(60);
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+std::string worker() { return env_or("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/accel_worker"; }
+std::string ember_cli() { return env_or("EMBER_CLI", EMBER_CLI); }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EMBER_CHECK(fd >= 0, "socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EMBER_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+              "cannot bind a port");
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Variables that would make a child believe it belongs to some other job.
+const char* kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                               "EMBER_MIXED_PRECISION", "EMBER_GRADIENT_ACCUMULATION_STEPS", "EMBER_USE_CPU"};
+
+struct Outcome {
+  int exit_code = -1;  // -1: killed at the deadline or by a signal
+  std::string output;
+};
+
+// Starts args[0] with the environment minus the job variables plus `extra`, output to `log`.
+pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra,
+            const std::string& log) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e, name = entry.substr(0, entry.find('='));
+    bool drop = extra.count(name) > 0;
+    for (const char* v : kJobVariables) drop = drop || name == v;
+    if (!drop) env.push_back(entry);
+  }
+  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  EMBER_CHECK(rc == 0, "posix_spawn ", args[0], " failed: ", rc);
+  return pid;
+}
+
+// Waits for every child until the deadline, kills the rest, returns each one's outcome.
+std::vector<Outcome> wait_all(const std::vector<pid_t>& pids, const std::vector<std::string>& logs) {
+  std::vector<int> status(pids.size(), -1);
+  std::vector<bool> done(pids.size(), false);
+  const auto until = Clock::now() + kDeadline;
+  size_t finished = 0;
+  while (finished < pids.size() && Clock::now() < until) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int st = 0;
+      if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = st;
+        done[i] = true;
+        ++finished;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::vector<Outcome> out(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (!done[i]) {
+      ::kill(pids[i], SIGKILL);
+      ::waitpid(pids[i], &status[i], 0);
+      out[i].output = "(killed at the deadline)\n";
+    }
+    if (done[i] && WIFEXITED(status[i])) out[i].exit_code = WEXITSTATUS(status[i]);
+    std::ifstream in(logs[i]);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    out[i].output += ss.str();
+  }
+  return out;
+}
+
+class AcceleratorProcesses : public ::testing::Test {
+ protected:
+  // Runs accel_worker as `world` ranks; world 0 means one process with none of the job variables.
+  std::vector<Outcome> run(int world, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {worker()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string port = std::to_string(free_port());
+    std::vector<pid_t> pids;
+    std::vector<std::string> logs;
+    for (int r = 0; r < std::max(world, 1); ++r) {
+      logs.push_back(dir_.file("rank" + std::to_string(r) + "_" + std::to_string(runs_) + ".log"));
+      // CPU references are the yardstick: stay on the CPU where a GPU exists.
+      std::map<std::string, std::string> env;
+      if (world > 0)
+        env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(r)},
+               {"LOCAL_WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+      env["EMBER_USE_CPU"] = "1";
+      pids.push_back(spawn(argv, env, logs.back()));
+    }
+    ++runs_;
+    return wait_all(pids, logs);
+  }
+
+  static void expect_all(const std::vector<Outcome>& outcomes, const std::string& marker) {
+    for (size_t r = 0; r < outcomes.size(); ++r) {
+      EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ":\n" << outcomes[r].output;
+      EXPECT_NE(outcomes[r].output.find(marker), std::string::npos) << "rank " << r << ":\n" << outcomes[r].output;
+    }
+  }
+
+  ember::testing::TempDir dir_{"accel_processes"};
+  int runs_ = 0;
+};
+
+TEST_F(AcceleratorProcesses, OneProcessWithNoJobEnvironmentTrains) {
+  expect_all(run(0, {"ddp", "4", "3"}), "ddp ok");
+}
+
+TEST_F(AcceleratorProcesses, TwoProcessesMatchOneProcessOnTheConcatenatedBatch) {
+  // 5 AdamW steps with a linear schedule: 2 ranks at batch 3 == 1 process at batch 6.
+  auto outcomes = run(2, {"ddp", "5", "3"});
+  expect_all(outcomes, "ddp ok");
+  EXPECT_NE(outcomes[1].output.find("rank 1 ddp"), std::string::npos) << outcomes[1].output;
+}
+
+TEST_F(AcceleratorProcesses, AccumulationMatchesTheLargeBatchOnOneAndTwoProcesses) {
+  expect_all(run(0, {"accum", "3", "2"}), "accum ok");
+  auto outcomes = run(2, {"accum", "3", "2"});
+  expect_all(outcomes, "accum ok");
+  // 3 updates on 2 processes: the schedule advanced 6 steps; the table's other rows too.
+  EXPECT_NE(outcomes[0].output.find("updates 3, scheduler steps 6"), std::string::npos) << outcomes[0].output;
+  EXPECT_NE(outcomes[0].output.find("with optimizer 6, split_batches 3, every call 6"), std::string::npos)
+      << outcomes[0].output;
+}
+
+TEST_F(AcceleratorProcesses, GatherForMetricsSeesEveryValidationSampleOnce) {
+  // 11 samples, batch 2 per process: the last round is padded by wrapping around.
+  expect_all(run(2, {"metrics", "11", "2", "0"}), "metrics ok");
+  // split_batches: global batch 4 cut in two; the last global batch holds 3 real samples.
+  auto outcomes = run(2, {"metrics", "11", "4", "1"});
+  expect_all(outcomes, "metrics ok");
+  // print() writes on the main process only.
+  EXPECT_NE(outcomes[0].output.find("metrics printed once"), std::string::npos);
+  EXPECT_EQ(outcomes[1].output.find("metrics printed once"), std::string::npos);
+}
+
+TEST_F(AcceleratorProcesses, ResumingMidEpochReachesTheUninterruptedParameters) {
+  const std::string project = dir_.file("project"), fresh = dir_.file("fresh");
+  // 2 processes, accumulation 2, 24 micro-steps (2.4 epochs); the first run saves at 4, 8, 12
+  // and 14 (mid-epoch) and stops; total_limit 2 keeps the last two.
+  expect_all(run(2, {"train", project, dir_.file("unused"), "24", "14", "0"}), "stopped at micro-step 14 with 2 checkpoints");
+  const std::string root = project + "/checkpoints";
+  std::vector<std::string> kept;
+  for (const auto& e : std::filesystem::directory_iterator(root)) kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"checkpoint_2", "checkpoint_3"}));
+  EXPECT_TRUE(std::filesystem::exists(root + "/checkpoint_3/random_states_1.json"));
+
+  // Fresh processes load the latest checkpoint and finish; others run uninterrupted.
+  auto resumed = run(2, {"train", project, dir_.file("resumed"), "24", "14", "1"});
+  expect_all(resumed, "train ok");
+  EXPECT_NE(resumed[0].output.find("at micro-step 14 (epoch 1, batch 4), counter 14"), std::string::npos)
+      << resumed[0].output;
+  expect_all(run(2, {"train", fresh, dir_.file("straight"), "24", "0", "0"}), "train ok");
+
+  auto a = ember::nn::load_safetensors(dir_.file("resumed") + "/model.safetensors");
+  auto b = ember::nn::load_safetensors(dir_.file("straight") + "/model.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(ember::testing::all_close(t, b.at(name), 0, 1e-6)) << name;
+  }
+}
+
+TEST_F(AcceleratorProcesses, RunsUnderTheEmberLauncher) {
+  const std::string cli = ember_cli();
+  if (!std::filesystem::exists(cli)) GTEST_SKIP() << "no `ember` command at " << cli;
+  const std::string log = dir_.file("launch.log");
+  const pid_t pid = spawn({cli, "launch", "--num_processes", "2", "--main_process_port", std::to_string(free_port()),
+                           "--gradient_accumulation_steps", "1", "--cpu", worker(), "ddp", "3", "2"},
+                          {}, log);
+  auto outcome = wait_all({pid}, {log});
+  EXPECT_EQ(outcome[0].exit_code, 0) << outcome[0].output;
+  EXPECT_NE(outcome[0].output.find("rank 0 ddp: max abs diff"), std::string::npos) << outcome[0].output;
+  EXPECT_NE(outcome[0].output.find("rank 1 ddp: max abs diff"), std::string::npos) << outcome[0].output;
+}
+
+}  // namespace

@@ -1,0 +1,291 @@
+// One process of an Accelerator job, started by tests/distributed/test_accelerator_processes.cpp
+// (directly with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, through `ember launch`, or with no
+// environment at all for a single process):
+//
+//   accel_worker ddp <steps> <batch>              prepared DDP training == one process on the
+//                                                 concatenated batches; prints "ddp ok"
+//   accel_worker accum <steps> <batch>            4 micro-batches under accumulate() == one 4x
+//                                                 batch, scheduler counts; prints "accum ok"
+//   accel_worker metrics <n> <batch> <split>      gather_for_metrics sees every sample once, in
+//                                                 order; other collectives; prints "metrics ok"
+//   accel_worker train <project> <out> <total> <stop_at> <resume>
+//                                                 training with checkpoints: stops after
+//                                                 <stop_at> micro-steps (save_state), or resumes
+//                                                 from the latest checkpoint; writes the final
+//                                                 weights to <out>; prints "train ok"
+// Exit status 0 when every expectation held.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "../distributed/ddp_test_model.h"
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "distributed/accelerator.h"
+#include "optim/lr_scheduler.h"
+#include "optim/sgd_adam.h"
+
+using namespace ember;
+using namespace ember::distributed;
+using namespace ember::ddp_test;
+
+namespace {
+
+bool failed = false;
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    std::printf("rank %s: FAILED %s\n", std::getenv("RANK") ? std::getenv("RANK") : "0", what.c_str());
+    failed = true;
+  }
+}
+
+// n samples of the Mlp's regression problem, with their index.
+std::shared_ptr<data::TensorDataset> make_dataset(int64_t n, uint64_t seed) {
+  return std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{
+      {"x", uniform_tensor(seed, {n, kIn})}, {"y", uniform_tensor(seed + 1, {n, kOut})}, {"idx", arange(n)}});
+}
+
+Tensor loss_of(nn::Module& model, Batch& batch) { return nn::functional::mse_loss(model.forward(batch["x"]), batch["y"]); }
+
+constexpr int64_t kWarmup = 2;
+
+// One process on batches of `batch` rows for `steps` optimizer steps: the reference.
+std::shared_ptr<Mlp> train_reference(const std::shared_ptr<data::TensorDataset>& ds, int64_t batch, int64_t steps,
+                                      double* last_lr) {
+  auto model = make_mlp(1);
+  optim::AdamW opt(model->parameters(), {.lr = 0.01});
+  auto sched = optim::get_scheduler("linear", opt, kWarmup, 2 * steps);  // ends at half the schedule
+  data::DataLoader loader(ds, {.batch_size = batch, .shuffle = true, .seed = 5});
+  int64_t done = 0;
+  for (auto& b : loader) {
+    loss_of(*model, b).backward();
+    opt.step();
+    sched->step();
+    opt.zero_grad();
+    if (++done == steps) break;
+  }
+  *last_lr = sched->get_last_lr()[0];
+  return model;
+}
+
+int run_ddp(int64_t steps, int64_t b) {
+  Accelerator acc;
+  const int R = acc.num_processes();
+  auto ds = make_dataset(steps * R * b, 100);
+  double ref_lr = 0;
+  auto reference = train_reference(ds, R * b, steps, &ref_lr);
+
+  auto model = make_mlp(1 + uint64_t(acc.process_index()));  // DDP starts every rank from rank 0's weights
+  optim::AdamW opt(model->parameters(), {.lr = 0.01});
+  // Written for one process reading the per-process loader: R times as many steps.
+  auto sched = optim::get_scheduler("linear", opt, kWarmup * R, 2 * steps * R);
+  data::DataLoader loader(ds, {.batch_size = b, .shuffle = true, .seed = 5});
+  auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+  expect(m == model, "prepare returns the same model");
+  expect(l->size() == steps, "each process gets steps batches, got " + std::to_string(l->size()));
+  for (auto& batch : *l) {
+    acc.backward(loss_of(*m, batch));
+    o->step();
+    s->step();
+    o->zero_grad();
+  }
+  const double diff = max_abs_diff(*model, *reference);
+  const double moved = max_abs_diff(*reference, *make_mlp(1));
+  std::printf("rank %d ddp: max abs diff %.3g, moved %.3g, lr %.6g vs %.6g\n", acc.process_index(), diff, moved,
+              s->get_last_lr()[0], ref_lr);
+  expect(diff <= 1e-5, "parameters match the one-process run");
+  expect(moved > 1e-3, "training moved the parameters");
+  expect(std::abs(s->get_last_lr()[0] - ref_lr) < 1e-12, "learning rate matches the one-process schedule");
+  expect(s->last_step() == steps * R, "scheduler stepped num_processes times per step");
+  acc.wait_for_everyone();
+  if (!failed) std::printf("ddp ok\n");
+  return failed ? 1 : 0;
+}
+
+// Counts what a scheduler does under accumulation in a loop with no model.
+int64_t scheduler_steps(AcceleratorOptions opt, int64_t batches) {
+  Accelerator acc(opt);
+  auto p = from_vector<float>({1.0f}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.1});
+  optim::LRScheduler sched(sgd, [](int64_t) { return 1.0; });
+  // One sample per process and micro-step: split_batches cuts a global batch of num_processes.
+  const int64_t batch = opt.split_batches ? acc.num_processes() : 1;
+  data::DataLoader loader(make_dataset(batches * acc.num_processes(), 3), {.batch_size = batch});
+  auto [o, l, s] = acc.prepare(sgd, loader, sched);
+  for ([[maybe_unused]] auto& batch : *l) {
+    auto guard = acc.accumulate();
+    o->step();
+    s->step();
+    o->zero_grad();
+  }
+  return s->last_step();
+}
+
+int run_accum(int64_t steps, int64_t b) {
+  constexpr int K = 4;
+  Accelerator acc({.gradient_accumulation_steps = K});
+  const int R = acc.num_processes();
+  auto ds = make_dataset(steps * K * R * b, 200);
+  double ref_lr = 0;
+  auto reference = train_reference(ds, K * R * b, steps, &ref_lr);
+
+  auto model = make_mlp(1);
+  optim::AdamW opt(model->parameters(), {.lr = 0.01});
+  // One process at batch b would take steps*K*R micro-batches, steps*R updates.
+  auto sched = optim::get_scheduler("linear", opt, kWarmup * R, 2 * steps * R);
+  data::DataLoader loader(ds, {.batch_size = b, .shuffle = true, .seed = 5});
+  auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+  int64_t syncs = 0;
+  for (auto& batch : *l) {
+    auto guard = acc.accumulate(m);
+    acc.backward(loss_of(*m, batch));
+    syncs += acc.sync_gradients() ? 1 : 0;
+    o->step();
+    s->step();
+    o->zero_grad();
+  }
+  const double diff = max_abs_diff(*model, *reference);
+  std::printf("rank %d accum: max abs diff %.3g, updates %lld, scheduler steps %lld\n", acc.process_index(), diff,
+              (long long)o->num_updates(), (long long)s->last_step());
+  expect(diff <= 1e-5, "accumulated parameters match the large-batch run");
+  expect(syncs == steps && o->num_updates() == steps, "one update per accumulation window");
+  expect(s->last_step() == steps * R, "scheduler stepped num_processes times per update");
+  expect(std::abs(s->get_last_lr()[0] - ref_lr) < 1e-12, "learning rate matches the large-batch schedule");
+
+  // The stepping table of docs/accelerate_semantics.md: 6 micro-steps per process, K = 2.
+  const int64_t with_opt = scheduler_steps({.gradient_accumulation_steps = 2}, 6);
+  const int64_t split = scheduler_steps({.gradient_accumulation_steps = 2, .split_batches = true}, 6);
+  const int64_t every_call = scheduler_steps({.gradient_accumulation_steps = 2, .step_scheduler_with_optimizer = false}, 6);
+  std::printf("rank %d scheduler steps: with optimizer %lld, split_batches %lld, every call %lld\n", acc.process_index(),
+              (long long)with_opt, (long long)split, (long long)every_call);
+  expect(with_opt == 3 * R, "scheduler: updates * num_processes");
+  expect(split == 3, "scheduler with split_batches: one per update");
+  expect(every_call == 6, "scheduler without step_with_optimizer: one per call");
+  acc.wait_for_everyone();
+  if (!failed) std::printf("accum ok\n");
+  return failed ? 1 : 0;
+}
+
+int run_metrics(int64_t n, int64_t b, bool split) {
+  Accelerator acc({.split_batches = split});
+  const int R = acc.num_processes(), rank = acc.process_index();
+  data::DataLoader loader(make_dataset(n, 300), {.batch_size = b});
+  auto l = acc.prepare(loader);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> seen;
+    int64_t gathered_rows = 0;
+    for (auto& batch : *l) {
+      Tensor idx = acc.gather_for_metrics(batch["idx"]);
+      gathered_rows += acc.gather(batch["idx"]).size(0);
+      for (int64_t v : idx.to_vector<int64_t>()) seen.push_back(v);
+    }
+    std::vector<int64_t> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] = i;
+    expect(seen == want, "epoch " + std::to_string(epoch) + ": gather_for_metrics returns each sample once, in order (got " +
+                             std::to_string(seen.size()) + " samples)");
+    expect(gathered_rows >= n, "plain gather keeps the padding");
+    expect(!acc.gradient_state().in_dataloader(), "no active loader after the loop");
+  }
+  // Different lengths per process gather in rank order.
+  Tensor mine = full({rank + 1, 2}, double(rank), {.dtype = DType::f32});
+  Tensor all = acc.gather(mine);
+  expect(all.size(0) == R * (R + 1) / 2, "gather of different lengths");
+  expect(all.to_vector<float>().back() == float(R - 1), "gather in rank order");
+  Tensor padded = acc.pad_across_processes(mine, 0, -1.0);
+  expect(padded.size(0) == R, "pad_across_processes pads to the longest");
+  Tensor sum = acc.reduce(from_vector<float>({float(rank + 1)}, {1}), "sum");
+  expect(sum.item<double>() == R * (R + 1) / 2.0, "reduce sum");
+  Tensor mean = acc.reduce(from_vector<float>({float(rank + 1)}, {1}), "mean");
+  expect(std::abs(mean.item<double>() - (R + 1) / 2.0) < 1e-6, "reduce mean");
+  expect(acc.broadcast_object(rank == 0 ? std::string("from main") : std::string("x")) == "from main", "broadcast_object");
+  auto names = acc.gather_object("r" + std::to_string(rank));
+  expect(int(names.size()) == R && names.back() == "r" + std::to_string(R - 1), "gather_object");
+  std::vector<int> items{0, 1, 2, 3, 4};
+  auto share = acc.split_between_processes(items, /*apply_padding=*/true);
+  auto all_shares = acc.gather_object(std::to_string(share.size()) + ":" + std::to_string(share.front()));
+  expect(all_shares.front() == std::to_string((5 + R - 1) / R) + ":0", "split_between_processes");
+  {
+    auto first = acc.main_process_first();
+  }
+  acc.print("metrics printed once");
+  if (!failed) std::printf("metrics ok\n");
+  return failed ? 1 : 0;
+}
+
+// Something outside the model whose state must survive a restart.
+struct SeenCounter {
+  double seen = 0;
+  std::map<std::string, double> state_dict() const { return {{"seen", seen}}; }
+  void load_state_dict(const std::map<std::string, double>& s) { seen = s.at("seen"); }
+};
+
+int run_train(const std::string& project, const std::string& out, int64_t total, int64_t stop_at, bool resume) {
+  Accelerator acc({.gradient_accumulation_steps = 2, .project_dir = project, .total_limit = 2});
+  acc.set_seed(17, /*device_specific=*/true);
+  auto model = make_mlp(9);
+  optim::AdamW opt(model->parameters(), {.lr = 0.01});
+  auto sched = optim::get_scheduler("cosine", opt, 2, total);
+  data::DataLoader loader(make_dataset(40, 400), {.batch_size = 2, .shuffle = true, .seed = 3});
+  auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+  SeenCounter counter;
+  acc.register_for_checkpointing(counter);
+
+  int64_t micro = 0;
+  if (resume) {
+    const std::string dir = acc.load_state();
+    micro = l->epoch() * l->size() + l->position();
+    std::printf("rank %d resumed from %s at micro-step %lld (epoch %lld, batch %lld), counter %g\n",
+                acc.process_index(), dir.c_str(), (long long)micro, (long long)l->epoch(), (long long)l->position(),
+                counter.seen);
+    expect(counter.seen == double(micro), "registered object restored");
+  }
+  while (micro < total) {
+    for (auto& batch : *l) {
+      auto guard = acc.accumulate(m);
+      // Random noise on the input: the generator state must be restored too.
+      Tensor x = dropout(batch["x"], 0.2, true);
+      acc.backward(nn::functional::mse_loss(m->forward(x), batch["y"]));
+      acc.clip_grad_norm_(m->parameters(), 1.0);
+      o->step();
+      s->step();
+      o->zero_grad();
+      counter.seen += 1;
+      ++micro;
+      if (!resume && (micro % 4 == 0 || micro == stop_at) && micro <= stop_at) acc.save_state();
+      if (!resume && micro == stop_at) {
+        auto kept = list_checkpoints(checkpoints_root(project));
+        std::printf("rank %d stopped at micro-step %lld with %zu checkpoints kept\n", acc.process_index(),
+                    (long long)micro, kept.size());
+        expect(kept.size() == 2, "total_limit keeps 2 checkpoints");
+        if (!failed) std::printf("train ok\n");
+        return failed ? 1 : 0;
+      }
+      if (micro == total) break;
+    }
+  }
+  acc.save_model(*m, out);
+  std::printf("rank %d finished: counter %g\n", acc.process_index(), counter.seen);
+  if (!failed) std::printf("train ok\n");
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  auto arg = [&](int i) -> int64_t { return i < argc ? std::atoll(argv[i]) : 0; };
+  try {
+    if (mode == "ddp" && argc == 4) return run_ddp(arg(2), arg(3));
+    if (mode == "accum" && argc == 4) return run_accum(arg(2), arg(3));
+    if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
+    if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
+    std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
+                         "train <project> <out> <total> <stop_at> <resume>\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::printf("failed: %s\n", e.what());
+    return 1;
+  }
+}

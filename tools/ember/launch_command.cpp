@@ -1,0 +1,163 @@
+// `ember launch`: settings from defaults, then the config file, then flags; then the local
+// ranks are started with the rendezvous environment and supervised.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <set>
+
+#include "command_line.h"
+#include "core/error.h"
+#include "distributed/launch_config.h"
+#include "rank_supervisor.h"
+#include "subcommands.h"
+
+extern char** environ;
+
+namespace ember::cli {
+
+namespace {
+
+using distributed::LaunchConfig;
+
+struct LaunchRequest {
+  std::optional<std::string> config_file;
+  std::vector<std::pair<const ConfigFlag*, std::string>> overrides;  // in command-line order
+  std::vector<std::string> program_and_args;
+  bool help = false;
+};
+
+LaunchRequest parse(const std::vector<std::string>& args) {
+  LaunchRequest request;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      request.help = true;
+      return request;
+    }
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    std::string name, value;
+    bool has_value = false;
+    if (!split_flag(arg, name, value, has_value)) {
+      if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
+      break;  // the program: it and everything after it belong to the ranks
+    }
+    const ConfigFlag* flag = find_config_flag(name);
+    const bool takes_value = name == "config_file" || (flag && flag->value_name);
+    if (!flag && name != "config_file") throw UsageError("unknown option '" + arg + "'");
+    if (takes_value && !has_value) {
+      if (i + 1 >= args.size()) throw UsageError("option '--" + name + "' needs a value");
+      value = args[++i];
+    } else if (!takes_value && has_value) {
+      throw UsageError("option '--" + name + "' takes no value");
+    }
+    if (name == "config_file")
+      request.config_file = value;
+    else
+      request.overrides.emplace_back(flag, value);
+  }
+  request.program_and_args.assign(args.begin() + std::ptrdiff_t(i), args.end());
+  if (request.program_and_args.empty()) throw UsageError("no PROGRAM to launch");
+  return request;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// A path is used as given; a bare name is looked up in PATH, then in the current directory.
+std::string resolve_program(const std::string& program) {
+  struct stat st {};
+  if (program.find('/') != std::string::npos) {
+    EMBER_CHECK(::stat(program.c_str(), &st) == 0, "ember launch: program '", program, "' does not exist");
+    EMBER_CHECK(S_ISREG(st.st_mode) && ::access(program.c_str(), X_OK) == 0, "ember launch: program '", program,
+                "' is not an executable file");
+    return program;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = end > start ? path.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  if (is_executable_file("./" + program)) return "./" + program;
+  EMBER_FAIL("ember launch: cannot find program '", program, "' (not in PATH, not in the current directory)");
+}
+
+// The launcher's environment with the rank's variables put in place of any inherited ones.
+std::vector<std::string> environment_for(const LaunchConfig& config, int local_rank) {
+  const auto variables = distributed::rank_environment(config, local_rank);
+  std::set<std::string> replaced;
+  for (const auto& [name, value] : variables) replaced.insert(name);
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    if (!replaced.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
+  }
+  for (const auto& [name, value] : variables) env.push_back(name + "=" + value);
+  return env;
+}
+
+}  // namespace
+
+std::string launch_usage() {
+  return "usage: ember launch [options] PROGRAM [ARGS...]\n"
+         "\n"
+         "Starts the ranks of PROGRAM on this machine with MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,\n"
+         "LOCAL_RANK, LOCAL_WORLD_SIZE and the EMBER_* settings in their environment, prefixes every line\n"
+         "they print with \"[rank R] \", and stops them all when one fails. Settings come from the flags,\n"
+         "then the config file (see `ember config`), then the defaults.\n"
+         "\n"
+         "options:\n" +
+         describe_config_flags() +
+         "  --config_file F                           config file (default: " +
+         "$EMBER_CONFIG_FILE,\n"
+         "                                            $XDG_CONFIG_HOME/ember/default_config.yaml or\n"
+         "                                            ~/.config/ember/default_config.yaml)\n"
+         "  -h, --help                                this text\n"
+         "\n"
+         "PROGRAM is a path, or a name looked up in PATH and then in the current directory.\n"
+         "The exit status is 0 when every rank succeeds, else the status of the first rank that failed\n"
+         "(128 + signal number for a rank killed by a signal).\n";
+}
+
+int launch_command(const std::vector<std::string>& args) {
+  const LaunchRequest request = parse(args);
+  if (request.help) {
+    std::cout << launch_usage();
+    return 0;
+  }
+
+  LaunchConfig config;
+  if (request.config_file) {
+    config = LaunchConfig::load_yaml(*request.config_file);
+  } else if (auto found = distributed::load_default_config()) {
+    config = *found;
+  }
+  for (const auto& [flag, value] : request.overrides) flag->apply(config, value);
+  config.validate("ember launch settings (config file and flags)");
+
+  SupervisorOptions options;
+  options.program = resolve_program(request.program_and_args.front());
+  options.argv = request.program_and_args;
+
+  std::vector<RankProcess> ranks;
+  const int local = config.local_processes();
+  for (int local_rank = 0; local_rank < local; ++local_rank)
+    ranks.push_back({config.machine_rank * local + local_rank, environment_for(config, local_rank)});
+  return supervise_ranks(options, ranks);
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,372 @@
+#include "rank_supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxLine = size_t(1) << 20;
+// After the last rank exits, output still buffered in pipes held open by its own children is
+// read for at most this long.
+constexpr auto kDrainTime = std::chrono::seconds(1);
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// Writes everything, waiting when the descriptor is non-blocking and full. A reader that went
+// away (EPIPE) drops the output rather than stopping the job.
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= size_t(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+    } else {
+      return;
+    }
+  }
+}
+
+void write_all(int fd, const std::string& text) { write_all(fd, text.data(), text.size()); }
+
+void note(const std::string& message) { write_all(STDERR_FILENO, "ember launch: " + message + "\n"); }
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// One of a rank's output pipes, re-emitted line by line.
+struct OutputPipe {
+  int fd = -1;
+  int target = STDOUT_FILENO;
+  std::string prefix;
+  std::string pending;
+
+  bool open() const { return fd >= 0; }
+
+  void emit(const char* data, size_t size) {
+    std::string line;
+    line.reserve(prefix.size() + size + 1);
+    line.append(prefix).append(data, size).push_back('\n');
+    write_all(target, line);
+  }
+
+  void emit_complete_lines() {
+    size_t start = 0;
+    for (;;) {
+      const size_t nl = pending.find('\n', start);
+      if (nl == std::string::npos) break;
+      emit(pending.data() + start, nl - start);
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+    while (pending.size() >= kMaxLine) {
+      emit(pending.data(), kMaxLine);
+      pending.erase(0, kMaxLine);
+    }
+  }
+
+  void close_pipe() {
+    if (!pending.empty()) emit(pending.data(), pending.size());
+    pending.clear();
+    ::close(fd);
+    fd = -1;
+  }
+
+  // Reads what is available now; closes the pipe at end of file.
+  void read_available() {
+    char buffer[65536];
+    while (open()) {
+      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        pending.append(buffer, size_t(n));
+        emit_complete_lines();
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        return;
+      } else {
+        close_pipe();
+      }
+    }
+  }
+};
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  OutputPipe out, err;
+};
+
+int status_code(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+class Supervisor {
+ public:
+  Supervisor(const SupervisorOptions& options, const std::vector<RankProcess>& ranks)
+      : options_(options), specs_(ranks) {}
+
+  int run() {
+    install_signal_handlers();
+    for (const RankProcess& spec : specs_) {
+      if (!start(spec)) {
+        stop_all(SIGTERM);
+        exit_status_ = exec_error_ == ENOENT ? 127 : 126;
+        break;
+      }
+    }
+    loop();
+    restore_signal_handlers();
+    return exit_status_;
+  }
+
+ private:
+  void install_signal_handlers() {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      note(std::string("cannot create a pipe: ") + std::strerror(errno));
+      std::exit(1);
+    }
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    for (int sig : kForwardedSignals) {
+      ::sigaction(sig, &action, &saved_actions_[sig]);
+      // Started under nohup, or in the background by a non-interactive shell: stay deaf to it.
+      if (saved_actions_[sig].sa_handler == SIG_IGN) ::sigaction(sig, &saved_actions_[sig], nullptr);
+    }
+    action.sa_flags = SA_NOCLDSTOP;
+    ::sigaction(SIGCHLD, &action, &saved_actions_[SIGCHLD]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &saved_actions_[SIGPIPE]);
+    ::sigprocmask(SIG_SETMASK, nullptr, &saved_mask_);
+  }
+
+  void restore_signal_handlers() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(sig, &saved_actions_[sig], nullptr);
+  }
+
+  // Pipes for one stream: the read end stays here (non-blocking), the write end goes to the rank.
+  static bool make_pipe(int fds[2]) { return ::pipe2(fds, O_CLOEXEC) == 0 && ::fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0; }
+
+  bool start(const RankProcess& spec) {
+    int out[2], err[2], exec_status[2];
+    if (!make_pipe(out) || !make_pipe(err) || ::pipe2(exec_status, O_CLOEXEC) != 0) {
+      exec_error_ = errno;
+      note(std::string("cannot create pipes for rank ") + std::to_string(spec.rank) + ": " + std::strerror(errno));
+      return false;
+    }
+    // Everything the child needs is built before fork: it only calls async-signal-safe functions.
+    std::vector<char*> argv, envp;
+    for (const std::string& a : options_.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const std::string& e : spec.environment) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    const pid_t parent = ::getpid();
+
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      exec_error_ = errno;
+      note(std::string("cannot start rank ") + std::to_string(spec.rank) + ": " + std::strerror(errno));
+      for (int fd : {out[0], out[1], err[0], err[1], exec_status[0], exec_status[1]}) ::close(fd);
+      return false;
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(sig, &saved_actions_[sig], nullptr);
+      ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
+      ::execve(options_.program.c_str(), argv.data(), envp.data());
+      const int error = errno;
+      [[maybe_unused]] ssize_t n = ::write(exec_status[1], &error, sizeof(error));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, so the group exists before any signal is forwarded
+    ::close(out[1]);
+    ::close(err[1]);
+    ::close(exec_status[1]);
+
+    int error = 0;
+    ssize_t n;
+    do {
+      n = ::read(exec_status[0], &error, sizeof(error));
+    } while (n < 0 && errno == EINTR);
+    ::close(exec_status[0]);
+    if (n == ssize_t(sizeof(error))) {
+      int ignored;
+      while (::waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
+      }
+      ::close(out[0]);
+      ::close(err[0]);
+      exec_error_ = error;
+      note("cannot execute '" + options_.program + "': " + std::strerror(error));
+      return false;
+    }
+
+    Rank& r = ranks_.emplace_back();
+    r.rank = spec.rank;
+    r.pid = pid;
+    r.running = true;
+    const std::string prefix = "[rank " + std::to_string(spec.rank) + "] ";
+    r.out = OutputPipe{out[0], STDOUT_FILENO, prefix, {}};
+    r.err = OutputPipe{err[0], STDERR_FILENO, prefix, {}};
+    return true;
+  }
+
+  void stop_all(int sig) {
+    for (Rank& r : ranks_)
+      if (r.running) ::kill(-r.pid, sig);
+    if (sig == SIGKILL) {
+      killed_ = true;
+    } else if (!stopping_) {
+      stopping_ = true;
+      kill_deadline_ = Clock::now() + options_.grace;
+    }
+  }
+
+  void reap() {
+    for (Rank& r : ranks_) {
+      if (!r.running) continue;
+      int status = 0;
+      const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+      if (got != r.pid) continue;
+      r.running = false;
+      // Its last words come before anything said about it.
+      r.out.read_available();
+      r.err.read_available();
+      if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) continue;
+      exit_status_ = status_code(status);
+      if (WIFSIGNALED(status))
+        note("rank " + std::to_string(r.rank) + " was killed by " + signal_name(WTERMSIG(status)));
+      note("rank " + std::to_string(r.rank) + " exited with status " + std::to_string(exit_status_) +
+           "; stopping the other ranks");
+      stop_all(SIGTERM);
+    }
+  }
+
+  void on_launcher_signal(int sig) {
+    if (sig == SIGCHLD) return;  // reaped after every wake-up
+    if (stopping_) {
+      if (!killed_) {
+        note("received " + signal_name(sig) + " again; killing the ranks");
+        stop_all(SIGKILL);
+      }
+      return;
+    }
+    note("received " + signal_name(sig) + "; stopping the ranks");
+    exit_status_ = 128 + sig;
+    stop_all(sig);
+  }
+
+  bool any_running() const {
+    for (const Rank& r : ranks_)
+      if (r.running) return true;
+    return false;
+  }
+
+  void loop() {
+    std::optional<Clock::time_point> drain_deadline;
+    for (;;) {
+      reap();
+      const bool running = any_running();
+      if (!running && !drain_deadline) drain_deadline = Clock::now() + kDrainTime;
+
+      std::vector<pollfd> fds;
+      std::vector<OutputPipe*> pipes;
+      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      for (Rank& r : ranks_)
+        for (OutputPipe* p : {&r.out, &r.err})
+          if (p->open()) {
+            fds.push_back({p->fd, POLLIN, 0});
+            pipes.push_back(p);
+          }
+      if (!running && pipes.empty()) break;
+
+      const auto now = Clock::now();
+      if (!running && now >= *drain_deadline) break;
+      if (stopping_ && !killed_ && now >= kill_deadline_) {
+        note("ranks still running after the grace period; sending SIGKILL");
+        stop_all(SIGKILL);
+        continue;
+      }
+      std::optional<Clock::time_point> wake;
+      if (stopping_ && !killed_) wake = kill_deadline_;
+      if (!running && (!wake || *drain_deadline < *wake)) wake = drain_deadline;
+      int timeout = -1;
+      if (wake)
+        timeout = int(std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now).count()) + 1;
+
+      if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+        note(std::string("poll failed: ") + std::strerror(errno));
+        stop_all(SIGKILL);
+      }
+      if (fds[0].revents & POLLIN) {
+        unsigned char signals[64];
+        const ssize_t n = ::read(g_signal_pipe[0], signals, sizeof(signals));
+        for (ssize_t i = 0; i < n; ++i) on_launcher_signal(signals[i]);
+      }
+      for (size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents) pipes[i - 1]->read_available();
+    }
+    // Pipes still held open by processes the ranks left behind: keep what they said so far.
+    for (Rank& r : ranks_)
+      for (OutputPipe* p : {&r.out, &r.err})
+        if (p->open()) p->close_pipe();
+  }
+
+  const SupervisorOptions& options_;
+  const std::vector<RankProcess>& specs_;
+  std::vector<Rank> ranks_;
+  struct sigaction saved_actions_[NSIG] {};
+  sigset_t saved_mask_{};
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_deadline_{};
+  int exit_status_ = 0;
+  int exec_error_ = 0;
+};
+
+}  // namespace
+
+int supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks) {
+  return Supervisor(options, ranks).run();
+}
+
+}  // namespace ember::cli
