@@ -10,17 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bert_bench_model.h"
 #include "core/progress.h"
-#include "ember/ember.h"
-#include "nn/models/bert.h"
-#include "optim/sgd_adam.h"
 
 using namespace ember;
 
 namespace {
-struct Args {
-  int64_t layers = 4, hidden = 256, heads = 4, ffn = 1024, vocab = 30522, seq = 128, batch = 16;
-  int64_t warmup = 3, steps = 10;
+struct Args : bench::BertSizes {
+  int64_t batch = 16, warmup = 3, steps = 10;
   int threads = 1;
   double peak_gflops_per_core = 210.0;  // f32 FMA peak of one core: the MFU denominator
   std::string task = "mlm", dtype = "f32", config = "";
@@ -40,10 +37,8 @@ Args parse(int argc, char** argv) {
     }
     const std::string v = argv[++i];
     if (k == "--config") {
-      EMBER_CHECK(v == "bert-mini" || v == "bert-tiny", "bert_train: unknown --config ", v);
+      bench::apply_bert_preset(a, v, "bert_train");
       a.config = v;
-      if (v == "bert-tiny") a.layers = 2, a.hidden = 128, a.heads = 2, a.ffn = 512;
-      else a.layers = 4, a.hidden = 256, a.heads = 4, a.ffn = 1024;
     } else if (k == "--layers") a.layers = std::stoll(v);
     else if (k == "--hidden") a.hidden = std::stoll(v);
     else if (k == "--heads") a.heads = std::stoll(v);
@@ -87,46 +82,13 @@ int main(int argc, char** argv) {
     const Args a = parse(argc, argv);
     set_num_threads(a.threads);
     manual_seed(a.seed);
-    nn::BertConfig cfg;
-    cfg.vocab_size = a.vocab;
-    cfg.hidden_size = a.hidden;
-    cfg.num_hidden_layers = a.layers;
-    cfg.num_attention_heads = a.heads;
-    cfg.intermediate_size = a.ffn;
-    cfg.max_position_embeddings = std::max<int64_t>(512, a.seq);
-    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.1;
-
-    std::shared_ptr<nn::BertForMaskedLM> mlm;
-    std::shared_ptr<nn::BertForSequenceClassification> cls;
-    nn::Module* model;
-    if (a.task == "mlm") {
-      model = (mlm = std::make_shared<nn::BertForMaskedLM>(cfg)).get();
-    } else {
-      model = (cls = std::make_shared<nn::BertForSequenceClassification>(cfg)).get();
-    }
-    model->train();
-    optim::AdamW opt(model->parameters(), {.lr = 1e-4});
+    bench::BertBenchModel model(bench::bert_config(a), a.task);
+    optim::AdamW opt(model.module->parameters(), {.lr = 1e-4});
 
     std::vector<double> times;
     ProgressBar bar("bert_train", a.warmup + a.steps);
     for (int64_t it = 0; it < a.warmup + a.steps; ++it) {
-      Tensor ids = randint(1, a.vocab, {a.batch, a.seq});
-      Tensor mask = ones({a.batch, a.seq}, {DType::i64});
-      const auto t0 = std::chrono::steady_clock::now();
-      Tensor loss;
-      if (mlm) {
-        // 15% of positions scored, the rest ignored, as MLM batches are
-        Tensor scored = lt(rand({a.batch, a.seq}), 0.15);
-        Tensor labels = where(scored, ids, full({a.batch, a.seq}, -100.0, {DType::i64}));
-        loss = mlm->forward(ids, mask, Tensor(), labels).loss;
-      } else {
-        Tensor labels = randint(0, 2, {a.batch});
-        loss = cls->forward(ids, mask, Tensor(), labels).loss;
-      }
-      loss.backward();
-      opt.step();
-      opt.zero_grad();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = model.train_step(opt, a.batch, a.seq, a.vocab);
       if (it >= a.warmup) times.push_back(ms);
       bar.update(it + 1);
     }

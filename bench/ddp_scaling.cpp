@@ -12,19 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bert_bench_model.h"
 #include "distributed/ddp.h"
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"
-#include "ember/ember.h"
-#include "nn/models/bert.h"
-#include "optim/sgd_adam.h"
 
 using namespace ember;
 
 namespace {
-struct Args {
-  int64_t layers = 4, hidden = 256, heads = 4, ffn = 1024, vocab = 30522, seq = 128, batch = 16;
-  int64_t warmup = 3, steps = 10;
+struct Args : bench::BertSizes {
+  int64_t batch = 16, warmup = 3, steps = 10;
   int threads = 1;
   double bucket_mb = 25.0;
   std::string task = "cls";
@@ -42,10 +39,8 @@ Args parse(int argc, char** argv) {
     }
     EMBER_CHECK(i + 1 < argc, "ddp_scaling: ", k, " needs a value");
     const std::string v = argv[++i];
-    if (k == "--config") {
-      EMBER_CHECK(v == "bert-mini" || v == "bert-tiny", "ddp_scaling: unknown --config ", v);
-      if (v == "bert-tiny") a.layers = 2, a.hidden = 128, a.heads = 2, a.ffn = 512;
-    } else if (k == "--task") a.task = v;
+    if (k == "--config") bench::apply_bert_preset(a, v, "ddp_scaling");
+    else if (k == "--task") a.task = v;
     else if (k == "--batch") a.batch = std::stoll(v);
     else if (k == "--seq") a.seq = std::stoll(v);
     else if (k == "--warmup") a.warmup = std::stoll(v);
@@ -73,19 +68,7 @@ int main(int argc, char** argv) {
     set_num_threads(a.threads);
     manual_seed(a.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
 
-    nn::BertConfig cfg;
-    cfg.vocab_size = a.vocab;
-    cfg.hidden_size = a.hidden;
-    cfg.num_hidden_layers = a.layers;
-    cfg.num_attention_heads = a.heads;
-    cfg.intermediate_size = a.ffn;
-    cfg.max_position_embeddings = std::max<int64_t>(512, a.seq);
-    std::shared_ptr<nn::BertForMaskedLM> mlm;
-    std::shared_ptr<nn::BertForSequenceClassification> cls;
-    std::shared_ptr<nn::Module> model;
-    if (a.task == "mlm") model = mlm = std::make_shared<nn::BertForMaskedLM>(cfg);
-    else model = cls = std::make_shared<nn::BertForSequenceClassification>(cfg);
-    model->train();
+    bench::BertBenchModel model(bench::bert_config(a), a.task);
 
     std::shared_ptr<distributed::ProcessGroup> pg;
     std::unique_ptr<distributed::DistributedDataParallel> ddp;
@@ -93,9 +76,9 @@ int main(int argc, char** argv) {
       auto store = distributed::rendezvous(info, std::chrono::seconds(60));
       pg = distributed::new_process_group(store, info.rank, info.world_size, "gloo");
       ddp = std::make_unique<distributed::DistributedDataParallel>(
-          model, pg, distributed::DDPOptions{.bucket_cap_mb = a.bucket_mb});
+          model.module, pg, distributed::DDPOptions{.bucket_cap_mb = a.bucket_mb});
     }
-    optim::AdamW opt(model->parameters(), {.lr = 1e-4});
+    optim::AdamW opt(model.module->parameters(), {.lr = 1e-4});
     manual_seed(a.seed + 1000 * uint64_t(info.rank));  // each rank its own batches
 
     std::vector<double> times;
@@ -104,21 +87,7 @@ int main(int argc, char** argv) {
         if (pg) pg->barrier();
         if (ddp) ddp->reset_comm_stats();
       }
-      Tensor ids = randint(1, a.vocab, {a.batch, a.seq});
-      Tensor mask = ones({a.batch, a.seq}, {DType::i64});
-      const auto t0 = std::chrono::steady_clock::now();
-      Tensor loss;
-      if (mlm) {
-        Tensor scored = lt(rand({a.batch, a.seq}), 0.15);
-        Tensor labels = where(scored, ids, full({a.batch, a.seq}, -100.0, {DType::i64}));
-        loss = mlm->forward(ids, mask, Tensor(), labels).loss;
-      } else {
-        loss = cls->forward(ids, mask, Tensor(), randint(0, 2, {a.batch})).loss;
-      }
-      loss.backward();
-      opt.step();
-      opt.zero_grad();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = model.train_step(opt, a.batch, a.seq, a.vocab);
       if (it >= a.warmup) times.push_back(ms);
     }
 

@@ -88,6 +88,9 @@ void Accelerator::validate_options() const {
   const auto& o = options_;
   EMBER_CHECK(o.mixed_precision == "no" || o.mixed_precision == "fp16" || o.mixed_precision == "bf16",
               "Accelerator: mixed_precision must be 'no', 'fp16' or 'bf16', got '", o.mixed_precision, "'");
+  EMBER_CHECK(o.mixed_precision == "no", "Accelerator: mixed_precision '", o.mixed_precision,
+              "' is not available in this version of Ember (autocast and the loss scaler are not built yet); "
+              "use 'no' (full f32)");
   EMBER_CHECK(o.gradient_accumulation_steps >= 1, "Accelerator: gradient_accumulation_steps must be >= 1, got ",
               o.gradient_accumulation_steps);
   EMBER_CHECK(o.total_limit == -1 || o.total_limit >= 1, "Accelerator: total_limit must be -1 (keep all) or >= 1, got ",

@@ -24,8 +24,8 @@
 // sets, as Accelerate does: mixed_precision "no" <- EMBER_MIXED_PRECISION,
 // gradient_accumulation_steps 1 <- EMBER_GRADIENT_ACCUMULATION_STEPS, cpu false <- EMBER_USE_CPU.
 //
-// Mixed precision: "bf16" and "fp16" are accepted and recorded; Ember has no autocast yet, so
-// autocast() returns a guard that changes nothing and every op runs in the model's dtype.
+// Mixed precision: only "no" for now. "bf16" and "fp16" are recognised names but refused with a
+// clear error until autocast and the loss scaler exist, so nobody gets an f32 run by surprise.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -265,7 +265,8 @@ class Accelerator {
     return no_sync(static_cast<const nn::Module&>(*model));
   }
 
-  // Mixed precision scope. Ember has no autocast yet: the guard changes nothing.
+  // Mixed precision scope, for loops written ahead of half precision: with mixed_precision "no"
+  // (the only setting accepted so far) nothing inside it changes.
   class AutocastGuard {
    public:
     explicit AutocastGuard(std::string dtype) : dtype_(std::move(dtype)) {}

@@ -1,6 +1,9 @@
 #include "distributed/process_group.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "distributed/collective_checks.h"
 #include "distributed/process_group_gloo.h"
 #if defined(EMBER_WITH_NCCL)
 #include "distributed/nccl/process_group_nccl.h"
@@ -16,6 +19,74 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Min: return "min";
   }
   return "unknown";
+}
+
+std::string collective_where(const char* op, int size, int rank) {
+  return detail::str_cat(op, " (world ", size, ", rank ", rank, ")");
+}
+
+void check_reduce_op_dtype(const std::string& where, ReduceOp op, const Tensor& t) {
+  EMBER_CHECK(op != ReduceOp::Avg || t.is_floating_point(), where, ": avg is defined for floating-point tensors only, got ",
+              t.dtype(), " (reduce with sum and divide as needed)");
+}
+
+void check_root(const std::string& where, int root, int size) {
+  EMBER_CHECK(root >= 0 && root < size, where, ": root ", root, " is out of range for world size ", size);
+}
+
+void check_reduce_scatter(const std::string& where, const Tensor& output, const Tensor& input, ReduceOp op, int size) {
+  EMBER_CHECK(input.dim() >= 1 && input.size(0) % size == 0, where, ": input dim 0 must split into ", size,
+              " equal chunks, got shape ", input.shape());
+  Shape chunk = input.shape();
+  chunk[0] /= size;
+  EMBER_CHECK(output.shape() == chunk, where, ": output shape ", output.shape(), " does not match one chunk of input ",
+              input.shape(), " (expected ", chunk, ")");
+  EMBER_CHECK(output.dtype() == input.dtype(), where, ": output dtype ", output.dtype(), " differs from input dtype ",
+              input.dtype());
+  check_reduce_op_dtype(where, op, input);
+}
+
+std::optional<std::string> allgather_mismatch(const std::string& where, const Shape& mine, DType mine_dtype,
+                                              const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
+  bool same = true;
+  for (size_t r = 0; r < shapes.size(); ++r)
+    same = same && dtypes[r] == mine_dtype && shapes[r].size() == mine.size() &&
+           std::equal(mine.begin() + std::min<size_t>(1, mine.size()), mine.end(),
+                      shapes[r].begin() + std::min<size_t>(1, shapes[r].size()));
+  if (same) return std::nullopt;
+  std::string msg = where + ": shapes may differ only in dim 0 and dtypes must agree, got ";
+  for (size_t r = 0; r < shapes.size(); ++r)
+    msg += (r ? ", " : "") + detail::str_cat("rank ", r, " ", shapes[r], " ", dtype_name(dtypes[r]));
+  return msg;
+}
+
+Shape allgather_output_shape(const Shape& mine, const std::vector<Shape>& shapes) {
+  int64_t rows = 0;
+  for (const auto& s : shapes) rows += s.empty() ? 1 : s[0];
+  Shape out = mine;
+  if (out.empty()) out = {rows};
+  else out[0] = rows;
+  return out;
+}
+
+std::vector<size_t> allgather_counts(const std::vector<Shape>& shapes) {
+  std::vector<size_t> counts;
+  for (const auto& s : shapes) counts.push_back(size_t(s.empty() ? 1 : numel_of(s)));
+  return counts;
+}
+
+std::vector<Tensor> split_allgather_output(const Tensor& out, const std::vector<Shape>& shapes) {
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (const auto& s : shapes) {
+    if (s.empty()) {
+      pieces.push_back(out.select(0, start++));
+    } else {
+      pieces.push_back(out.narrow(0, start, s[0]));
+      start += s[0];
+    }
+  }
+  return pieces;
 }
 
 std::shared_ptr<Store> group_key_space(const std::shared_ptr<Store>& store, int rank) {

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "distributed/collective_checks.h"
 #include "distributed/gloo_store_adapter.h"
 
 namespace ember::distributed {
@@ -262,9 +263,7 @@ class ProcessGroupGloo::Impl {
   Impl(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options);
   ~Impl();
 
-  std::string where(const char* op) const {
-    return detail::str_cat(op, " (world ", size, ", rank ", rank, ")");
-  }
+  std::string where(const char* op) const { return collective_where(op, size, rank); }
   void check_tensor(const char* op, const Tensor& t) const;
   std::shared_ptr<Work> enqueue(const char* op, std::function<void()> fn);
 
@@ -563,9 +562,7 @@ std::string ProcessGroupGloo::address() const { return impl_->addresses[size_t(r
 
 std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
   impl_->check_tensor("allreduce", tensor);
-  EMBER_CHECK(op != ReduceOp::Avg || tensor.is_floating_point(), impl_->where("allreduce"),
-              ": avg is defined for floating-point tensors only, got ", tensor.dtype(),
-              " (reduce with sum and divide as needed)");
+  check_reduce_op_dtype(impl_->where("allreduce"), op, tensor);
   Impl* impl = impl_.get();
   return impl->enqueue("allreduce", [impl, tensor, op] {
     if (impl->check_shapes)
@@ -578,8 +575,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
   impl_->check_tensor("broadcast", tensor);
-  EMBER_CHECK(root >= 0 && root < size_, impl_->where("broadcast"), ": root ", root, " is out of range for world size ",
-              size_);
+  check_root(impl_->where("broadcast"), root, size_);
   Impl* impl = impl_.get();
   return impl->enqueue("broadcast", [impl, tensor, root] {
     if (impl->check_shapes)
@@ -605,49 +601,22 @@ std::vector<Tensor> ProcessGroupGloo::allgather(const Tensor& tensor) {
     for (int64_t d = 0; d < tensor.dim(); ++d) mine[size_t(2 + d)] = tensor.size(d);
     const auto all = impl->exchange("allgather", mine);
     const size_t k = mine.size();
-    auto shape_of = [&](int r) {
-      const int64_t* f = &all[size_t(r) * k];
-      return Shape(f + 2, f + 2 + f[1]);
-    };
-    bool same = true;
+    std::vector<Shape> shapes;
+    std::vector<DType> dtypes;
     for (int r = 0; r < n; ++r) {
       const int64_t* f = &all[size_t(r) * k];
-      bool trailing = f[0] == mine[0] && f[1] == mine[1];
-      for (int64_t d = 1; trailing && d < mine[1]; ++d) trailing = f[2 + d] == mine[size_t(2 + d)];
-      same = same && trailing;
+      shapes.emplace_back(f + 2, f + 2 + f[1]);
+      dtypes.push_back(DType(f[0]));
     }
-    if (!same) {
-      std::string msg = impl->where("allgather") + ": shapes may differ only in dim 0 and dtypes must agree, got ";
-      for (int r = 0; r < n; ++r)
-        msg += (r ? ", " : "") + detail::str_cat("rank ", r, " ", shape_of(r), " ", dtype_name(DType(all[size_t(r) * k])));
-      throw Disagreement(msg);
-    }
+    if (auto mismatch = allgather_mismatch(impl->where("allgather"), tensor.shape(), tensor.dtype(), shapes, dtypes))
+      throw Disagreement(*mismatch);
     // Gather everything into one buffer; each rank's piece is a view of it.
     const size_t elem = tensor.element_size();
-    std::vector<size_t> bytes(static_cast<size_t>(n));
-    int64_t rows = 0;
-    for (int r = 0; r < n; ++r) {
-      const Shape s = shape_of(r);
-      const int64_t numel = s.empty() ? 1 : numel_of(s);
-      bytes[size_t(r)] = size_t(numel) * elem;
-      rows += s.empty() ? 1 : s[0];
-    }
-    Shape out_shape = tensor.shape();
-    if (out_shape.empty()) out_shape = {rows};
-    else out_shape[0] = rows;
-    Tensor out = make_tensor(out_shape, tensor.dtype(), Device::cpu());
+    std::vector<size_t> bytes = allgather_counts(shapes);
+    for (size_t& b : bytes) b *= elem;
+    Tensor out = make_tensor(allgather_output_shape(tensor.shape(), shapes), tensor.dtype(), Device::cpu());
     impl->run_allgatherv(tensor.raw_data(), size_t(tensor.numel()) * elem, out.raw_data(), bytes);
-    int64_t start = 0;
-    for (int r = 0; r < n; ++r) {
-      const Shape s = shape_of(r);
-      if (s.empty()) {
-        result.push_back(out.select(0, start));
-        start += 1;
-      } else {
-        result.push_back(out.narrow(0, start, s[0]));
-        start += s[0];
-      }
-    }
+    result = split_allgather_output(out, shapes);
   })->wait();
   return result;
 }
@@ -656,17 +625,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(Tensor output, const Tens
   const char* name = "reduce_scatter";
   impl_->check_tensor(name, input);
   impl_->check_tensor(name, output);
-  EMBER_CHECK(input.dim() >= 1 && input.size(0) % size_ == 0, impl_->where(name), ": input dim 0 must split into ",
-              size_, " equal chunks, got shape ", input.shape());
-  Shape chunk = input.shape();
-  chunk[0] /= size_;
-  EMBER_CHECK(output.shape() == chunk, impl_->where(name), ": output shape ", output.shape(),
-              " does not match one chunk of input ", input.shape(), " (expected ", chunk, ")");
-  EMBER_CHECK(output.dtype() == input.dtype(), impl_->where(name), ": output dtype ", output.dtype(),
-              " differs from input dtype ", input.dtype());
-  EMBER_CHECK(op != ReduceOp::Avg || input.is_floating_point(), impl_->where(name),
-              ": avg is defined for floating-point tensors only, got ", input.dtype(),
-              " (reduce with sum and divide as needed)");
+  check_reduce_scatter(impl_->where(name), output, input, op, size_);
   Impl* impl = impl_.get();
   const int r = rank_;
   return impl->enqueue(name, [impl, output, input, op, r, name] {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/collective_checks.h"
 #include "distributed/gloo_store_adapter.h"
 #include "kernels/cuda/cuda_runtime.h"
 
@@ -59,7 +60,7 @@ class ProcessGroupNCCL::Impl {
   std::string broken;  // the first failure
   bool aborted = false;
 
-  std::string where(const char* op) const { return detail::str_cat(op, " (world ", size, ", rank ", rank, ")"); }
+  std::string where(const char* op) const { return collective_where(op, size, rank); }
 
   [[noreturn]] void fail(const char* op, const std::string& why) {
     if (broken.empty()) broken = where(op) + ": " + why;
@@ -282,9 +283,7 @@ std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, 
 
 std::shared_ptr<Work> ProcessGroupNCCL::allreduce(Tensor tensor, ReduceOp op) {
   impl_->check_tensor("allreduce", tensor);
-  EMBER_CHECK(op != ReduceOp::Avg || tensor.is_floating_point(), impl_->where("allreduce"),
-              ": avg is defined for floating-point tensors only, got ", tensor.dtype(),
-              " (reduce with sum and divide as needed)");
+  check_reduce_op_dtype(impl_->where("allreduce"), op, tensor);
   return launch(impl_, "allreduce", {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(tensor.raw_data(), tensor.raw_data(), size_t(tensor.numel()), nccl_type(tensor.dtype()),
                          nccl_op(op), comm, s);
@@ -293,8 +292,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast(Tensor tensor, int root) {
   impl_->check_tensor("broadcast", tensor);
-  EMBER_CHECK(root >= 0 && root < size_, impl_->where("broadcast"), ": root ", root, " is out of range for world size ",
-              size_);
+  check_root(impl_->where("broadcast"), root, size_);
   return launch(impl_, "broadcast", {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), size_t(tensor.numel()), nccl_type(tensor.dtype()), root,
                          comm, s);
@@ -305,16 +303,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter(Tensor output, const Tens
   const char* name = "reduce_scatter";
   impl_->check_tensor(name, input);
   impl_->check_tensor(name, output);
-  EMBER_CHECK(input.dim() >= 1 && input.size(0) % size_ == 0, impl_->where(name), ": input dim 0 must split into ",
-              size_, " equal chunks, got shape ", input.shape());
-  Shape chunk = input.shape();
-  chunk[0] /= size_;
-  EMBER_CHECK(output.shape() == chunk, impl_->where(name), ": output shape ", output.shape(),
-              " does not match one chunk of input ", input.shape(), " (expected ", chunk, ")");
-  EMBER_CHECK(output.dtype() == input.dtype(), impl_->where(name), ": output dtype ", output.dtype(),
-              " differs from input dtype ", input.dtype());
-  EMBER_CHECK(op != ReduceOp::Avg || input.is_floating_point(), impl_->where(name),
-              ": avg is defined for floating-point tensors only, got ", input.dtype());
+  check_reduce_scatter(impl_->where(name), output, input, op, size_);
   return launch(impl_, name, {output, input}, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(output.numel()), nccl_type(input.dtype()),
                              nccl_op(op), comm, s);
@@ -394,50 +383,23 @@ std::vector<Tensor> ProcessGroupNCCL::allgather(const Tensor& tensor) {
   std::memcpy(mine.data(), fingerprint.data(), mine.size());
   const auto all = allgather_bytes(mine);
   std::vector<Shape> shapes;
-  bool same = true;
+  std::vector<DType> dtypes;
   for (const auto& b : all) {
     std::vector<int64_t> f(b.size() / sizeof(int64_t));
     std::memcpy(f.data(), b.data(), f.size() * sizeof(int64_t));
     shapes.emplace_back(f.begin() + 2, f.end());
-    same = same && f.size() == fingerprint.size() && f[0] == fingerprint[0] &&
-           std::equal(f.begin() + std::min<long>(3, long(f.size())), f.end(),
-                      fingerprint.begin() + std::min<long>(3, long(fingerprint.size())));
+    dtypes.push_back(DType(f[0]));
   }
-  if (!same) {
-    std::string msg = impl_->where("allgather") + ": shapes may differ only in dim 0 and dtypes must agree, got ";
-    for (int r = 0; r < size_; ++r) {
-      std::vector<int64_t> f(all[r].size() / sizeof(int64_t));
-      std::memcpy(f.data(), all[r].data(), f.size() * sizeof(int64_t));
-      msg += (r ? ", " : "") + detail::str_cat("rank ", r, " ", shapes[size_t(r)], " ", dtype_name(DType(f[0])));
-    }
-    EMBER_FAIL(msg);
-  }
-  std::vector<size_t> counts;
-  int64_t rows = 0;
-  for (const auto& s : shapes) {
-    counts.push_back(size_t(s.empty() ? 1 : numel_of(s)));
-    rows += s.empty() ? 1 : s[0];
-  }
-  Shape out_shape = tensor.shape();
-  if (out_shape.empty()) out_shape = {rows};
-  else out_shape[0] = rows;
-  Tensor out = make_tensor(out_shape, tensor.dtype(), tensor.device());
+  if (auto mismatch = allgather_mismatch(impl_->where("allgather"), tensor.shape(), tensor.dtype(), shapes, dtypes))
+    EMBER_FAIL(*mismatch);
+  const std::vector<size_t> counts = allgather_counts(shapes);
+  Tensor out = make_tensor(allgather_output_shape(tensor.shape(), shapes), tensor.dtype(), tensor.device());
   const int r = rank_;
   launch(impl_, "allgather", {tensor, out}, [&](ncclComm_t comm, cudaStream_t s) {
     return gather_uneven(tensor.raw_data(), out.raw_data(), counts, tensor.element_size(), nccl_type(tensor.dtype()),
                          r, comm, s);
   })->wait();
-  std::vector<Tensor> result;
-  int64_t start = 0;
-  for (const auto& s : shapes) {
-    if (s.empty()) {
-      result.push_back(out.select(0, start++));
-    } else {
-      result.push_back(out.narrow(0, start, s[0]));
-      start += s[0];
-    }
-  }
-  return result;
+  return split_allgather_output(out, shapes);
 }
 
 void ProcessGroupNCCL::barrier() {

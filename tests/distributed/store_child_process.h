@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "process_test_util.h"
 
 namespace ember::testing {
 
@@ -25,13 +25,7 @@ class ChildProcess {
   // Runs args[0] with `args`; `env` adds or replaces variables (nullopt removes one).
   explicit ChildProcess(const std::vector<std::string>& args,
                         const std::map<std::string, std::optional<std::string>>& env = {}) {
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e) {
-      std::string entry = *e;
-      if (!env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
-    }
-    for (const auto& [name, value] : env)
-      if (value) env_strings.push_back(name + "=" + *value);
+    const std::vector<std::string> env_strings = environment_with(env);
 
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -40,11 +34,7 @@ class ChildProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
     posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-    std::vector<char*> argv, envp;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
+    std::vector<char*> argv = c_strings(args), envp = c_strings(env_strings);
     int rc = posix_spawn(&pid_, args[0].c_str(), &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     ::close(fds[1]);

@@ -102,22 +102,27 @@ TEST(Accelerator, OneProcessWithoutEnvironment) {
 
 TEST(Accelerator, LauncherEnvironmentFillsUnsetOptions) {
   {
-    ScopedEnv env({{"EMBER_MIXED_PRECISION", "bf16"}, {"EMBER_GRADIENT_ACCUMULATION_STEPS", "3"}, {"EMBER_USE_CPU", "1"}});
+    ScopedEnv env({{"EMBER_MIXED_PRECISION", "no"}, {"EMBER_GRADIENT_ACCUMULATION_STEPS", "3"}, {"EMBER_USE_CPU", "1"}});
     Accelerator acc;
-    EXPECT_EQ(acc.mixed_precision(), "bf16");
+    EXPECT_EQ(acc.mixed_precision(), "no");
     EXPECT_EQ(acc.gradient_accumulation_steps(), 3);
     EXPECT_TRUE(acc.options().cpu);
-    EXPECT_EQ(acc.autocast().dtype(), "bf16");
     // What the program sets wins.
-    Accelerator set({.mixed_precision = "fp16", .gradient_accumulation_steps = 2});
-    EXPECT_EQ(set.mixed_precision(), "fp16");
+    Accelerator set({.gradient_accumulation_steps = 2});
     EXPECT_EQ(set.gradient_accumulation_steps(), 2);
+  }
+  {
+    // Half precision needs autocast and a loss scaler, which this version does not have: a
+    // launcher asking for it gets a clear refusal rather than a silent f32 run.
+    ScopedEnv env({{"EMBER_MIXED_PRECISION", "bf16"}});
+    EXPECT_EMBER_ERROR(Accelerator(), "mixed_precision", "'bf16'", "not available");
   }
   {
     ScopedEnv env({{"EMBER_GRADIENT_ACCUMULATION_STEPS", "zero"}});
     EXPECT_EMBER_ERROR(Accelerator(), "EMBER_GRADIENT_ACCUMULATION_STEPS='zero'");
   }
   EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "fp8"}), "mixed_precision", "'fp8'");
+  EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "fp16"}), "mixed_precision", "'fp16'", "not available");
   EXPECT_EMBER_ERROR(Accelerator({.gradient_accumulation_steps = 0}), "gradient_accumulation_steps", "0");
   EXPECT_EMBER_ERROR(Accelerator({.total_limit = 0}), "total_limit");
 }

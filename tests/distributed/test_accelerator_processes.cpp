@@ -2,52 +2,23 @@
 // per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (a free port), with no environment at
 // all for one process, and through `ember launch`. Every child runs under a deadline and is
 // killed when it passes it.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
-#include <thread>
 
 #include "nn/io/safetensors.h"
+#include "process_test_util.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kDeadline = std::chrono::seconds(60);
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
+using ember::testing::env_or;
+using ember::testing::free_port;
 std::string worker() { return env_or("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/accel_worker"; }
 std::string ember_cli() { return env_or("EMBER_CLI", EMBER_CLI); }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EMBER_CHECK(fd >= 0, "socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EMBER_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
-              "cannot bind a port");
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Variables that would make a child believe it belongs to some other job.
 const char* kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -61,60 +32,20 @@ struct Outcome {
 // Starts args[0] with the environment minus the job variables plus `extra`, output to `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra,
             const std::string& log) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e, name = entry.substr(0, entry.find('='));
-    bool drop = extra.count(name) > 0;
-    for (const char* v : kJobVariables) drop = drop || name == v;
-    if (!drop) env.push_back(entry);
-  }
-  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  EMBER_CHECK(rc == 0, "posix_spawn ", args[0], " failed: ", rc);
-  return pid;
+  std::map<std::string, std::optional<std::string>> changes;
+  for (const char* v : kJobVariables) changes[v] = std::nullopt;
+  for (const auto& [k, v] : extra) changes[k] = v;
+  return ember::testing::spawn_logged(args, log, ember::testing::environment_with(changes));
 }
 
 // Waits for every child until the deadline, kills the rest, returns each one's outcome.
 std::vector<Outcome> wait_all(const std::vector<pid_t>& pids, const std::vector<std::string>& logs) {
-  std::vector<int> status(pids.size(), -1);
-  std::vector<bool> done(pids.size(), false);
-  const auto until = Clock::now() + kDeadline;
-  size_t finished = 0;
-  while (finished < pids.size() && Clock::now() < until) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (done[i]) continue;
-      int st = 0;
-      if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-        status[i] = st;
-        done[i] = true;
-        ++finished;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const auto reaped = ember::testing::reap_all(pids, kDeadline);
   std::vector<Outcome> out(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) {
-    if (!done[i]) {
-      ::kill(pids[i], SIGKILL);
-      ::waitpid(pids[i], &status[i], 0);
-      out[i].output = "(killed at the deadline)\n";
-    }
-    if (done[i] && WIFEXITED(status[i])) out[i].exit_code = WEXITSTATUS(status[i]);
-    std::ifstream in(logs[i]);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out[i].output += ss.str();
+    if (reaped[i].killed) out[i].output = "(killed at the deadline)\n";
+    else if (WIFEXITED(reaped[i].status)) out[i].exit_code = WEXITSTATUS(reaped[i].status);
+    out[i].output += ember::testing::read_text_file(logs[i]);
   }
   return out;
 }

@@ -1,27 +1,17 @@
 // DistributedDataParallel: threads as ranks (HashStore + ProcessGroupGloo) and real processes
 // (ddp_worker over a TcpStore). N ranks at batch b must reach the parameters one rank reaches
 // at batch N*b.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <fstream>
+#include <cstdio>
 #include <functional>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "ddp_test_model.h"
 #include "distributed/hash_store.h"
 #include "distributed/process_group_gloo.h"
+#include "process_test_util.h"
 #include "test_util.h"
-
-extern char** environ;
 
 using namespace ember;
 using namespace ember::distributed;
@@ -398,77 +388,35 @@ TEST(DDP, APassThatFailsMidwayIsDrainedAndForgotten) {
 
 namespace {
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EMBER_CHECK(fd >= 0, "socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EMBER_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "bind failed");
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct Child {
-  pid_t pid = -1;
   std::string log;
   int status = -1;
+  bool killed = false;
 };
 
 // Starts every rank of ddp_worker, waits at most `deadline`, kills what is left.
 std::vector<Child> run_workers(int world, const std::string& mode, std::chrono::seconds deadline) {
   const std::string exe = std::string(EMBER_TEST_PROGRAMS) + "/ddp_worker";
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(ember::testing::free_port());
   std::vector<Child> children(static_cast<size_t>(world));
+  std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     Child& c = children[size_t(r)];
     c.log = ::testing::TempDir() + "ddp_worker_" + mode + "_" + port + "_" + std::to_string(r) + ".log";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    std::vector<std::string> args = {exe, mode, std::to_string(r), std::to_string(world), port};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = posix_spawn(&c.pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EMBER_CHECK(rc == 0, "posix_spawn ", exe, " failed: ", rc);
+    pids.push_back(ember::testing::spawn_logged({exe, mode, std::to_string(r), std::to_string(world), port}, c.log));
   }
-  const auto until = std::chrono::steady_clock::now() + deadline;
-  size_t done = 0;
-  while (done < children.size() && std::chrono::steady_clock::now() < until) {
-    for (auto& c : children) {
-      if (c.pid <= 0 || c.status != -1) continue;
-      int st = 0;
-      if (::waitpid(c.pid, &st, WNOHANG) == c.pid) {
-        c.status = st;
-        ++done;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  for (auto& c : children) {
-    if (c.status != -1) continue;
-    ::kill(c.pid, SIGKILL);
-    ::waitpid(c.pid, &c.status, 0);
-    c.log += " (killed at the deadline)";
+  const auto reaped = ember::testing::reap_all(pids, deadline);
+  for (size_t i = 0; i < children.size(); ++i) {
+    children[i].status = reaped[i].status;
+    children[i].killed = reaped[i].killed;
   }
   return children;
 }
 
 std::string read_log(const Child& c) {
-  std::string path = c.log.substr(0, c.log.find(" (killed"));
-  std::stringstream ss;
-  {
-    std::ifstream in(path);
-    ss << in.rdbuf();
-  }
-  std::remove(path.c_str());
-  return ss.str();
+  std::string text = ember::testing::read_text_file(c.log);
+  std::remove(c.log.c_str());
+  return c.killed ? "(killed at the deadline)\n" + text : text;
 }
 
 bool exited_ok(const Child& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }

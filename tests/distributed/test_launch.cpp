@@ -4,10 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,41 +23,19 @@
 #include <vector>
 
 #include "distributed/launch_config.h"
+#include "process_test_util.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace ember::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using ember::testing::TempDir;
+using ember::testing::env_or;
+using ember::testing::free_port;
 
-std::string env_or_default(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-std::string ember_cli() { return env_or_default("EMBER_CLI", EMBER_CLI); }
-std::string target_program() { return env_or_default("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/launch_target"; }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "cannot bind a port: " << std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    return 29500;
-  }
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
+std::string ember_cli() { return env_or("EMBER_CLI", EMBER_CLI); }
+std::string target_program() { return env_or("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/launch_target"; }
 
 struct Result {
   int status = -1;  // exit code, or 128 + signal
@@ -75,20 +51,9 @@ class Child {
   Child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env_overrides,
         const std::string& input = "")
       : start_(Clock::now()) {
-    std::map<std::string, std::string> env;
-    for (char** e = environ; *e; ++e) {
-      const std::string entry(*e);
-      const size_t eq = entry.find('=');
-      env[entry.substr(0, eq)] = eq == std::string::npos ? "" : entry.substr(eq + 1);
-    }
-    for (const auto& [k, v] : env_overrides) env[k] = v;
-    std::vector<std::string> env_strings;
-    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-    std::vector<char*> args, envp;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
+    const std::vector<std::string> env_strings =
+        ember::testing::environment_with({env_overrides.begin(), env_overrides.end()});
+    std::vector<char*> args = ember::testing::c_strings(argv), envp = ember::testing::c_strings(env_strings);
 
     int out[2], err[2], in[2];
     if (::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC) || ::pipe2(in, O_CLOEXEC)) {

@@ -1,29 +1,23 @@
 // ProcessGroupGloo: every collective, dtype and reduce op against values worked out by hand,
 // with ranks as threads (HashStore) and as real processes (pg_worker + TcpStore); dead, stuck
 // and missing ranks must become ember::Error on the survivors, never a hang.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "distributed/hash_store.h"
 #include "distributed/process_group_gloo.h"
 #include "distributed/tcp_store.h"
+#include "process_test_util.h"
 #include "test_util.h"
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/cuda_runtime.h"
 #endif
-
-extern char** environ;
 
 namespace ember::distributed {
 namespace {
@@ -377,16 +371,7 @@ class Workers {
                                      "--scenario", scenario,
                                      "--timeout-ms", std::to_string(timeout_ms),
                                      "--victim", std::to_string(victim)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    const int rc = posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ASSERT_EQ(rc, 0) << "cannot start " << argv[0];
+    c.pid = testing::spawn_logged(args, c.log);
     children_.push_back(c);
   }
 
@@ -414,12 +399,7 @@ class Workers {
   }
 
   const Child& child(int rank) const { return children_[size_t(rank)]; }
-  std::string output(int rank) const {
-    std::ifstream in(children_[size_t(rank)].log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string output(int rank) const { return testing::read_text_file(children_[size_t(rank)].log); }
 
  private:
   int port_;

@@ -8,6 +8,7 @@
 #include "distributed/rendezvous.h"
 #include "distributed/socket_util.h"
 #include "distributed/tcp_store.h"
+#include "process_test_util.h"
 #include "store_child_process.h"
 #include "test_util.h"
 
@@ -33,10 +34,7 @@ Env full_env(int rank, int world, int port = 29500) {
           {"LOCAL_WORLD_SIZE", std::to_string(world)}};
 }
 
-int free_port() {
-  net::Fd fd = net::listen_on("127.0.0.1", 0);
-  return net::local_port(fd.get());
-}
+using ember::testing::free_port;
 
 // Sets (or unsets) environment variables for one scope, restoring the old values after.
 class ScopedEnv {

@@ -13,6 +13,7 @@
 #include "distributed/socket_util.h"
 #include "distributed/tcp_store.h"
 #include "distributed/tcp_store_protocol.h"
+#include "process_test_util.h"
 #include "store_child_process.h"
 #include "test_util.h"
 
@@ -33,11 +34,7 @@ std::unique_ptr<TcpStore> make_client(int port, std::chrono::milliseconds timeou
   return std::make_unique<TcpStore>(host, port, false, timeout);
 }
 
-// A port that was free a moment ago (bound to port 0, then released).
-int free_port() {
-  net::Fd fd = net::listen_on("127.0.0.1", 0);
-  return net::local_port(fd.get());
-}
+using ember::testing::free_port;
 
 // ---- raw sockets, for speaking bad protocol to the server
 
