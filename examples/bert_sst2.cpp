@@ -33,7 +33,7 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   // pretraining
-  int64_t pretrain_steps = 0;  // masked-LM steps before fine-tuning (0: fine-tune from scratch)
+  int64_t pretrain_steps = 800;  // masked-LM steps before fine-tuning (0: fine-tune from scratch)
   int64_t pretrain_batch = 32;
   int64_t seq_len = 128;
   double pretrain_lr = 1e-3;

@@ -11,6 +11,7 @@ using namespace ember;
 
 int main(int argc, char** argv) try {
   const sst2::Options opt = sst2::parse(argc, argv, "sst2_finetune");
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up as they are printed
   if (opt.threads > 0) set_num_threads(opt.threads);
   manual_seed(opt.seed);
   const sst2::Data sst = sst2::load(opt);

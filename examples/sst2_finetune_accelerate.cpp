@@ -16,6 +16,7 @@ using namespace ember;
 
 int main(int argc, char** argv) try {
   const sst2::Options opt = sst2::parse(argc, argv, "sst2_finetune_accelerate");
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up as they are printed
   if (opt.threads > 0) set_num_threads(opt.threads);
   manual_seed(opt.seed);
   Accelerator acc({.split_batches = true});  // +
@@ -51,8 +52,10 @@ int main(int argc, char** argv) try {
       correct += sum(eq(predictions, labels)).item<int64_t>();
       total += labels.numel();
     }
-    acc.print("epoch ", epoch + 1, ": SST-2 dev accuracy ", 100.0 * double(correct) / double(total), "% (",
-              total, " sentences, ", acc.num_processes(), " processes)");
+    char line[128];
+    std::snprintf(line, sizeof line, "epoch %lld: SST-2 dev accuracy %.2f%% (%lld sentences, %d processes)",
+                  (long long)epoch + 1, 100.0 * double(correct) / double(total), (long long)total, acc.num_processes());
+    acc.print(line);
   }
   return 0;
 } catch (const Error& e) {
