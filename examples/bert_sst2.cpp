@@ -175,7 +175,7 @@ double evaluate(nn::BertForSequenceClassification& model, data::DataLoader& load
   return total ? double(correct) / double(total) : 0.0;
 }
 
-double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log) {
+double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log, bool use_checkpoint) {
   auto train_texts = data::read_labeled_tsv(a.data_dir + "/sst2/train.tsv.gz");
   if (a.train_limit >= 0 && a.train_limit < train_texts.size()) {
     train_texts.texts.resize(size_t(a.train_limit));
@@ -196,12 +196,12 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
   data::DataLoader dev_loader(dev, {.batch_size = a.eval_batch, .collate = collate});
 
   std::shared_ptr<nn::BertForSequenceClassification> model;
-  if (std::filesystem::exists(a.out + "/pretrained/model.safetensors")) {
+  if (use_checkpoint && std::filesystem::exists(a.out + "/pretrained/model.safetensors")) {
     model = nn::from_pretrained<nn::BertForSequenceClassification>(a.out + "/pretrained");
     std::printf("finetune: starting from %s/pretrained\n", a.out.c_str());
   } else {
     model = std::make_shared<nn::BertForSequenceClassification>(nn::BertConfig::mini(tok.vocab_size()));
-    std::printf("finetune: no pretrained checkpoint, starting from random weights\n");
+    std::printf("finetune: starting from random weights\n");
   }
   model->train();
   optim::AdamW opt(model->parameters(), {.lr = a.lr, .weight_decay = 0.01});
@@ -255,7 +255,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     if ((a.stage == "all" && a.pretrain_steps > 0) || a.stage == "pretrain") pretrain(a, tok, log);
     double acc = -1;
-    if (a.stage == "all" || a.stage == "finetune") acc = finetune(a, tok, log);
+    // "all" fine-tunes what it just pretrained (or random weights with --pretrain-steps 0);
+    // "finetune" alone starts from an earlier run's checkpoint when there is one.
+    if (a.stage == "all") acc = finetune(a, tok, log, a.pretrain_steps > 0);
+    if (a.stage == "finetune") acc = finetune(a, tok, log, true);
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
     if (acc >= 0) std::printf("final: SST-2 dev accuracy %.2f%% (best epoch), wall time %.1f min\n", acc * 100, minutes);
     return 0;
