@@ -1,4 +1,4 @@
-// Ember's f32 matmul against Eigen's GEMM called directly, in one binary, at 1 and 2 threads.
+// Ember's f32 and bf16 matmul against Eigen's f32 GEMM called directly, in one binary, at 1 and 2 threads.
 // Shapes are M x K x N: [M, K] @ [K, N]. "GFLOP/s" counts 2*M*K*N floating-point operations per
 // product. Times are wall-clock.
 //
@@ -7,6 +7,10 @@
 //   ember_matmul_bT         ember::matmul(a, w.t()) with w [N,K]: the linear-layer layout, w
 //                           read in place as a column-major matrix
 //   eigen_gemm_bT           C.noalias() = A * W.transpose()
+//   ember_matmul_bf16       ember_matmul with bf16 a and b (f32 accumulation, bf16 output)
+//   ember_matmul_bT_bf16    ember_matmul_bT with bf16 a and w
+//
+// The bf16 rows run at 1024x1024x1024 and 2048x256x768 (a BERT-base linear layer's shape).
 //
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
 // eigen_* use Eigen's own OpenMP threading (Eigen::setNbThreads), the usual way to run it.
@@ -67,6 +71,28 @@ void ember_matmul_bT(benchmark::State& state, Problem p) {
   count_flops(state, p);
 }
 
+void ember_matmul_bf16(benchmark::State& state, Problem p) {
+  prepare(state, p);
+  const ember::Tensor a = ember::randn({p.m, p.k}).to(ember::DType::bf16);
+  const ember::Tensor b = ember::randn({p.k, p.n}).to(ember::DType::bf16);
+  for (auto _ : state) {
+    ember::Tensor c = ember::matmul(a, b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  count_flops(state, p);
+}
+
+void ember_matmul_bT_bf16(benchmark::State& state, Problem p) {
+  prepare(state, p);
+  const ember::Tensor a = ember::randn({p.m, p.k}).to(ember::DType::bf16);
+  const ember::Tensor w = ember::randn({p.n, p.k}).to(ember::DType::bf16);
+  for (auto _ : state) {
+    ember::Tensor c = ember::matmul(a, w.t());
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  count_flops(state, p);
+}
+
 void eigen_gemm(benchmark::State& state, Problem p) {
   prepare(state, p);
   const RowMatrix a = eigen_copy(ember::randn({p.m, p.k})), b = eigen_copy(ember::randn({p.k, p.n}));
@@ -104,6 +130,10 @@ void register_all() {
                               std::pair{"ember_matmul_bT", &ember_matmul_bT},
                               std::pair{"eigen_gemm_bT", &eigen_gemm_bT}})
         benchmark::RegisterBenchmark((std::string(name) + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
+      if ((m == 1024 && k == 1024 && n == 1024) || (m == 2048 && k == 256 && n == 768))
+        for (auto [name, fn] : {std::pair{"ember_matmul_bf16", &ember_matmul_bf16},
+                                std::pair{"ember_matmul_bT_bf16", &ember_matmul_bT_bf16}})
+          benchmark::RegisterBenchmark((std::string(name) + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
 }
 

@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/gemm_bands.h"
 
 namespace ember::cpu {
 namespace {
@@ -21,10 +22,6 @@ template <typename T>
 using OutMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
                                 Eigen::Unaligned, Eigen::OuterStride<>>;
 
-// Below this many multiply-adds (about 5 us on one core) a GEMM is not worth splitting.
-constexpr double kMinParallelWork = 64.0 * 64.0 * 64.0;
-// Split points fall on multiples of this, so every part keeps whole register tiles.
-constexpr int64_t kSplitAlign = 32;
 
 template <typename T, int OrderA, int OrderB>
 void product_into(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
@@ -108,32 +105,10 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  const int64_t threads = in_parallel_region() ? 1 : get_num_threads();
-  const bool split_rows = m >= n;
-  const int64_t extent = split_rows ? m : n;
-  const int64_t parts = std::min(threads, (extent + kSplitAlign - 1) / kSplitAlign);
-  if (parts <= 1 || double(m) * double(n) * double(k) < kMinParallelWork) {
-    gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  // Each thread computes a band [lo, hi) of C's rows (from the same rows of op(A) and all of
-  // op(B)) or of its columns (all of op(A), the same columns of op(B)). Bands never overlap,
-  // so nothing is shared but the read-only inputs.
-  const int64_t chunk = (extent + parts - 1) / parts;
-  const int64_t band = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-  parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t lo = std::min(extent, p * band), hi = std::min(extent, lo + band);
-      if (lo >= hi) continue;
-      if (split_rows) {
-        const T* a_band = trans_a ? a + lo : a + lo * lda;
-        gemm_serial(trans_a, trans_b, hi - lo, n, k, alpha, a_band, lda, b, ldb, beta, c + lo * ldc, ldc);
-      } else {
-        const T* b_band = trans_b ? b + lo * ldb : b + lo;
-        gemm_serial(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_band, ldb, beta, c + lo, ldc);
-      }
-    }
-  });
+  gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+                [&](int64_t mb, int64_t nb, const T* ab, const T* bb, T* cb) {
+                  gemm_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                });
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,

@@ -11,8 +11,15 @@
 // GEMM; both single-threaded inside Ember. Large products are split into bands of
 // C, one per thread of Ember's pool (ember::get_num_threads()); called from inside a
 // parallel_for body it runs on the calling thread alone.
+//
+// bf16: A and B in bfloat16, products accumulated in f32, C in bf16 or f32 (alpha and beta are
+// f32; a bf16 C is rounded once, after beta * C is added). oneDNN's bf16 matmul (AMX kernels)
+// runs each band when the CPU has AMX and EMBER_CPU_CAPABILITY allows AVX-512; otherwise, and
+// for tiny products, the operands are widened to f32 and go through the f32 GEMM.
 #pragma once
 #include <cstdint>
+
+#include "core/half.h"
 
 namespace ember::cpu {
 
@@ -24,5 +31,10 @@ extern template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, c
                                  const float*, int64_t, float, float*, int64_t);
 extern template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                   const double*, int64_t, double, double*, int64_t);
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
+          const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
+          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace ember::cpu

@@ -4,8 +4,10 @@
 //   (any contiguous [B, S, H] input, as in linear layers): one GEMM with B*S rows.
 // - Otherwise one GEMM per batch entry: many small ones run side by side across threads (each
 //   GEMM single-threaded), few large ones run one after another, each using every thread.
-// f16/bf16 operands are widened to f32, multiplied, and rounded once on the way out.
+// bf16 operands go to the bf16 GEMM (f32 accumulation, C rounded to bf16 once); f16 operands
+// are widened to f32, multiplied, and rounded once on the way out.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/native/copy.h"
@@ -55,6 +57,18 @@ void seed_rows(T* c, int64_t rows, int64_t cols, const T* bias) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + cols, c + r * cols);
 }
 
+// C = op(A) op(B), or C += op(A) op(B) when C was seeded with a bias. bf16 products accumulate
+// in f32 and round into C once.
+template <typename T>
+void gemm_into(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+               int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    cpu::gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+  } else {
+    cpu::gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
+  }
+}
+
 template <typename T>
 void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   const int64_t nd = out.dim();
@@ -64,7 +78,6 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   const T* pa = a.data_ptr<T>();
   const T* pb = b.data_ptr<T>();
   const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
-  const T beta = pbias ? T(1) : T(0);
   const BlasMatrix lb = matrix_of(b);
 
   if (shared_across_batch(b)) {
@@ -74,7 +87,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
         parallel_for(0, rows, std::max<int64_t>(1, 16384 / m),
                      [&](int64_t r0, int64_t r1) { seed_rows(c + r0 * m, r1 - r0, m, pbias); });
       }
-      cpu::gemm<T>(la->col_major, lb.col_major, rows, m, k, T(1), pa, la->ld, pb, lb.ld, beta, c, m);
+      gemm_into(la->col_major, lb.col_major, rows, m, k, pa, la->ld, pb, lb.ld, pbias != nullptr, c, m);
       return;
     }
   }
@@ -84,8 +97,8 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   auto one = [&](int64_t i) {
     T* ci = c + i * n * m;
     if (pbias) seed_rows(ci, n, m, pbias);
-    cpu::gemm<T>(la.col_major, lb.col_major, n, m, k, T(1), pa + a_off[size_t(i)], la.ld, pb + b_off[size_t(i)],
-                 lb.ld, beta, ci, m);
+    gemm_into(la.col_major, lb.col_major, n, m, k, pa + a_off[size_t(i)], la.ld, pb + b_off[size_t(i)], lb.ld,
+              pbias != nullptr, ci, m);
   };
   // Splitting batches across threads needs no synchronisation inside a GEMM, so prefer it
   // unless the batches are few and large enough that an even split matters more.
@@ -114,7 +127,11 @@ Tensor widen_to_f32(const Tensor& x) {
 
 void matmul_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   if (out.numel() == 0) return;
-  if (out.dtype() == DType::f16 || out.dtype() == DType::bf16) {
+  if (out.dtype() == DType::bf16) {
+    matmul_typed<BFloat16>(out, a, b, bias);
+    return;
+  }
+  if (out.dtype() == DType::f16) {
     Tensor out32 = make_tensor(out.shape(), DType::f32, out.device());
     const Tensor bias32 = bias.defined() ? native::to_dtype(bias, DType::f32) : Tensor();
     matmul_typed<float>(out32, widen_to_f32(a), widen_to_f32(b), bias32);
