@@ -431,7 +431,8 @@ std::string ProcessGroupGloo::Impl::describe_failure(const char* op, const std::
       std::vector<std::string> keys;
       for (int r = 0; r < size; ++r)
         if (r != rank) keys.push_back(base + std::to_string(r));
-      const auto window = std::min<milliseconds>(opt.timeout / 2, milliseconds(1000));
+      // Long enough for a survivor on a loaded machine to notice the same failure and say so.
+      const auto window = std::min<milliseconds>(opt.timeout / 2, milliseconds(3000));
       for (const auto& k : wait_for_keys(*store, keys, window)) silent.push_back(std::stoi(k.substr(base.size())));
       store_answered = true;
     } catch (const std::exception&) {

@@ -1,6 +1,7 @@
 // ProcessGroupGloo: every collective, dtype and reduce op against values worked out by hand,
 // with ranks as threads (HashStore) and as real processes (pg_worker + TcpStore); dead, stuck
 // and missing ranks must become ember::Error on the survivors, never a hang.
+#include <regex>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -443,7 +444,9 @@ TEST(ProcessGroupGlooProcesses, ExitedRankFailsTheAllreduceOnEverySurvivor) {
     EXPECT_EQ(w.child(r).status, 3) << w.output(r);
     EXPECT_NE(w.output(r).find("ERROR: allreduce (world 3, rank " + std::to_string(r) + ")"), std::string::npos)
         << w.output(r);
-    EXPECT_NE(w.output(r).find("rank 2"), std::string::npos) << w.output(r);
+    // The dead rank is named, alone ("rank 2") or with a survivor that was slow to report
+    // ("ranks 0, 2") on a loaded machine.
+    EXPECT_TRUE(std::regex_search(w.output(r), std::regex("ranks? ([0-9]+, )*2\\b"))) << w.output(r);
   }
 }
 
