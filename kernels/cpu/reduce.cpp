@@ -18,6 +18,7 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
+#include "kernels/cpu/vec8.h"
 #endif
 
 namespace ember {
@@ -73,18 +74,9 @@ void for_float_blocks(const T* p, int64_t n, const Fn& fn) {
   }
 }
 
-// ---- 8-lane float vectors (GCC/Clang vector extensions). Float compares are kept away
-// from the auto-vectoriser by -ftrapping-math, so min/max use explicit lanes.
-
-using f8 = float __attribute__((vector_size(32)));
-using i8 = int32_t __attribute__((vector_size(32)));
-constexpr int64_t kLanes8 = 8;
-
-inline f8 load8(const float* p) {
-  f8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// 8-lane float vectors: kernels/cpu/vec8.h.
+using namespace cpu::vec8;
+constexpr int64_t kLanes8 = kLanes;
 
 // ---- drivers
 
