@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/autocast.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "core/native/copy.h"
@@ -64,6 +65,9 @@ bool in_backward() { return !pass_stack.empty(); }
 
 void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
   NoGradGuard no_grad;
+  // Backward formulas run in the forward's dtypes; weights change after it, so cached casts go.
+  autocast::SuspendGuard no_autocast;
+  autocast::clear_cache();
   PassScope pass;
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> root_nodes;

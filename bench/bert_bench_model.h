@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/autocast.h"
 #include "ember/ember.h"
 #include "nn/models/bert.h"
 #include "optim/sgd_adam.h"
@@ -51,12 +52,15 @@ struct BertBenchModel {
   }
 
   // One optimiser step on a random batch of `batch` sequences; returns its wall time in ms
-  // (drawing the token ids is not timed).
-  double train_step(optim::AdamW& opt, int64_t batch, int64_t seq, int64_t vocab) {
+  // (drawing the token ids is not timed). With mixed = true the forward and the loss run under
+  // bf16 autocast, as Accelerate's mixed_precision="bf16" does; parameters and AdamW stay f32.
+  double train_step(optim::AdamW& opt, int64_t batch, int64_t seq, int64_t vocab, bool mixed = false) {
     Tensor ids = randint(1, vocab, {batch, seq});
     Tensor mask = ones({batch, seq}, {DType::i64});
     const auto t0 = std::chrono::steady_clock::now();
     Tensor loss;
+    {
+    AutocastGuard autocast(DeviceType::CPU, DType::bf16, mixed);
     if (mlm) {
       // 15% of positions scored, the rest ignored, as MLM batches are
       Tensor scored = lt(rand({batch, seq}), 0.15);
@@ -65,6 +69,7 @@ struct BertBenchModel {
     } else {
       Tensor labels = randint(0, 2, {batch});
       loss = cls->forward(ids, mask, Tensor(), labels).loss;
+    }
     }
     loss.backward();
     opt.step();

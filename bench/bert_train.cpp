@@ -56,7 +56,7 @@ Args parse(int argc, char** argv) {
     else EMBER_FAIL("bert_train: unknown option ", k);
   }
   EMBER_CHECK(a.task == "mlm" || a.task == "cls", "bert_train: --task must be mlm or cls, got ", a.task);
-  EMBER_CHECK(a.dtype == "f32", "bert_train: --dtype ", a.dtype, " is not available yet (f32 only)");
+  EMBER_CHECK(a.dtype == "f32" || a.dtype == "bf16", "bert_train: --dtype must be f32 or bf16, got ", a.dtype);
   EMBER_CHECK(a.steps > 0 && a.warmup >= 0, "bert_train: --steps must be positive");
   return a;
 }
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     ProgressBar bar("bert_train", a.warmup + a.steps);
     for (int64_t it = 0; it < a.warmup + a.steps; ++it) {
-      const double ms = model.train_step(opt, a.batch, a.seq, a.vocab);
+      const double ms = model.train_step(opt, a.batch, a.seq, a.vocab, a.dtype == "bf16");
       if (it >= a.warmup) times.push_back(ms);
       bar.update(it + 1);
     }

@@ -1,5 +1,7 @@
 #include "nn/functional.h"
 
+#include "core/autocast.h"
+
 #include <cmath>
 #include <limits>
 
@@ -37,7 +39,8 @@ Tensor padding_mask_to_additive(const Tensor& key_padding_mask, DType dtype) {
   return masked_fill(zeros({b, l}, {dtype}), pad, neg).view({b, 1, 1, l});
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const Tensor input = autocast::to_f32(input_in), target = autocast::to_f32(target_in);
   EMBER_CHECK(input.shape() == target.shape(), "mse_loss: input shape ", input.shape(),
               " and target shape ", target.shape(), " differ");
   Tensor d = input - target;

@@ -1,6 +1,7 @@
 // Matrix products and their backward. Every gradient is itself a product through the same
 // GEMM, fed transposed views (which the kernel reads in place) rather than transposed copies.
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/native/linalg.h"
 #include "core/ops.h"
 
@@ -51,7 +52,8 @@ Tensors matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool 
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::to_lower(a_in), b = autocast::to_lower(b_in);
   Tensor out = native::matmul(a, b);
   if (autograd::needs_grad({a, b})) {
     autograd::record("MatmulBackward", {a, b}, {out},
@@ -63,7 +65,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::to_lower(a_in), b = autocast::to_lower(b_in);
   Tensor out = native::bmm(a, b);
   if (autograd::needs_grad({a, b})) {
     autograd::record("BmmBackward", {a, b}, {out},
@@ -76,7 +79,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autocast::to_lower(x_in), weight = autocast::to_lower(weight_in), bias = autocast::to_lower(bias_in);
   Tensor out = native::linear(x, weight, bias);
   if (autograd::needs_grad({x, weight, bias})) {
     const bool want_x = x.requires_grad(), want_w = weight.requires_grad();

@@ -1,6 +1,7 @@
 // Differentiable embedding, dropout and cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/factory.h"
 #include "core/native/copy.h"
 #include "core/native/nn_functional.h"
@@ -49,8 +50,9 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return r.out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
+  const Tensor logits = autocast::to_f32(logits_in);
   const native::CrossEntropyArgs args{ignore_index, label_smoothing, reduction};
   native::CrossEntropyResult r = native::cross_entropy(logits, target, args);
   if (!autograd::needs_grad({logits})) return r.loss;

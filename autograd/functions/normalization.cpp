@@ -1,13 +1,15 @@
 // Differentiable softmax, log-softmax and layer norm. Their backward passes run dedicated
 // kernels (core/native/normalization.h) rather than chains of generic ops.
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/native/normalization.h"
 #include "core/ops.h"
 
 namespace ember {
 using autograd::Tensors;
 
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::softmax(x, dim);
   if (autograd::needs_grad({x})) {
     Tensor ys = autograd::save(y);
@@ -18,7 +20,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   return y;
 }
 
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::log_softmax(x, dim);
   if (autograd::needs_grad({x})) {
     Tensor ys = autograd::save(y);
@@ -29,8 +32,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return y;
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
+  const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
   native::LayerNormResult r = native::layer_norm(x, normalized_shape, weight, bias, eps);
   if (autograd::needs_grad({x, weight, bias})) {
     const bool need_dx = x.requires_grad();

@@ -1,6 +1,7 @@
 // Differentiable reductions. Every backward first gives the incoming gradient the input's
 // rank back (reduced dims as size 1) so it broadcasts against the input.
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/native/copy.h"
 #include "core/native/reduce.h"
 #include "core/native/views.h"
@@ -38,7 +39,8 @@ Tensors extreme_backward(const Tensor& g, const Tensor& x, const Tensor& y, cons
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::sum(x, dims, keepdim);
   if (autograd::needs_grad({x})) {
     const Shape in = x.shape();
@@ -50,7 +52,8 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   return y;
 }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::mean(x, dims, keepdim);
   if (autograd::needs_grad({x})) {
     const Shape in = x.shape();
@@ -90,7 +93,8 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return native::argmax(x, dim, keepdim); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return native::argmin(x, dim, keepdim); }
 
-Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x_in, const Shape& dims, int64_t correction, bool keepdim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::var(x, dims, correction, keepdim);
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "var");

@@ -3,6 +3,7 @@
 
 // core: tensors, ops, devices, threads, random numbers
 #include "core/allocator.h"
+#include "core/autocast.h"
 #include "core/batch.h"
 #include "core/device_api.h"
 #include "core/dtype.h"
