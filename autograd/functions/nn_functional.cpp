@@ -52,8 +52,11 @@ Tensor dropout(const Tensor& x, double p, bool training) {
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
-  const Tensor logits = autocast::to_f32(logits_in);
-  const native::CrossEntropyArgs args{ignore_index, label_smoothing, reduction};
+  // Under autocast, half logits are read as they are (the kernel computes in f32) and the loss
+  // comes back in f32: the f32 policy without a converted copy of a [tokens, vocab] tensor.
+  const Tensor& logits = logits_in;
+  native::CrossEntropyArgs args{ignore_index, label_smoothing, reduction};
+  args.accumulate_type_loss = autocast::active_for(logits) && logits.is_floating_point() && logits.dtype() != DType::f64;
   native::CrossEntropyResult r = native::cross_entropy(logits, target, args);
   if (!autograd::needs_grad({logits})) return r.loss;
   // Keep the row statistics, not the loss itself (the loss holds this node: no cycles).

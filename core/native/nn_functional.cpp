@@ -124,7 +124,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
   r.target = contiguous(reshape(target, {n, d}));
   const DType acc = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
   r.lse = make_tensor({n, d}, acc, logits.device());
-  r.loss = make_tensor(args.reduction == Reduction::None ? target.shape() : Shape{}, logits.dtype(), logits.device());
+  r.loss = make_tensor(args.reduction == Reduction::None ? target.shape() : Shape{},
+                       args.accumulate_type_loss ? acc : logits.dtype(), logits.device());
   r.count = cross_entropy_stub.call(logits.device(), "cross_entropy")(r.loss, r.lse, r.logits, r.target, args);
   return r;
 }

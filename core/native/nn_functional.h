@@ -48,9 +48,12 @@ struct CrossEntropyArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::Mean;
+  // Return the loss in the accumulation type (f32 for f16/bf16 logits) rather than the logits'
+  // dtype: autocast's f32 policy without a converted copy of the logits.
+  bool accumulate_type_loss = false;
 };
 // logits [N, C, D] contiguous, target [N, D] contiguous. Writes the loss (target-shaped for
-// Reduction::None, else one element; logits' dtype) and the log-sum-exp of each (n, d) row
+// Reduction::None, else one element; logits' dtype, or lse's with accumulate_type_loss) and the log-sum-exp of each (n, d) row
 // into lse (f64 for f64 logits, f32 otherwise). Returns the number of non-ignored targets.
 EMBER_DECLARE_STUB(cross_entropy_stub, int64_t (*)(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                                                    const Tensor& target, const CrossEntropyArgs& args));

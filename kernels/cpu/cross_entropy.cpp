@@ -139,14 +139,18 @@ int64_t cross_entropy_cpu(const Tensor& loss, const Tensor& lse, const Tensor& l
     });
     for (uint8_t k : counted) count += k;
     // Reductions run in row order on one thread: the same bits for any thread count.
-    T* out = loss.data_ptr<T>();
-    if (args.reduction == Reduction::None) {
-      for (int64_t r = 0; r < rows; ++r) out[r] = T(A(row_loss[size_t(r)]));
-    } else {
-      double total = 0.0;
-      for (int64_t r = 0; r < rows; ++r) total += row_loss[size_t(r)];
-      out[0] = T(A(args.reduction == Reduction::Mean ? total / double(count) : total));
-    }
+    auto write = [&](auto* out) {
+      using O = std::remove_pointer_t<decltype(out)>;
+      if (args.reduction == Reduction::None) {
+        for (int64_t r = 0; r < rows; ++r) out[r] = O(A(row_loss[size_t(r)]));
+      } else {
+        double total = 0.0;
+        for (int64_t r = 0; r < rows; ++r) total += row_loss[size_t(r)];
+        out[0] = O(A(args.reduction == Reduction::Mean ? total / double(count) : total));
+      }
+    };
+    if (loss.dtype() == logits.dtype()) write(loss.data_ptr<T>());
+    else write(loss.data_ptr<A>());
   });
   return count;
 }
