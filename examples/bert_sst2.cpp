@@ -46,6 +46,7 @@ struct Args {
   int64_t train_limit = -1;  // use only the first N training phrases (quick checks)
   int num_workers = 1;
   bool group_by_length = true;  // batches of similar-length phrases: far less padding
+  std::string mixed_precision = "no";  // "bf16": forward passes and losses under bf16 autocast
 };
 
 Args parse(int argc, char** argv) {
@@ -72,12 +73,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--workers") a.num_workers = std::stoi(val());
     else if (k == "--train-limit") a.train_limit = std::stoll(val());
     else if (k == "--group-by-length") a.group_by_length = std::stoi(val()) != 0;
+    else if (k == "--mixed-precision") a.mixed_precision = val();
     else if (k == "--help" || k == "-h") {
       std::printf(
           "usage: bert_sst2 [--stage all|pretrain|finetune] [--data-dir D] [--out DIR] [--threads T] [--seed S]\n"
           "                 [--pretrain-steps N] [--pretrain-batch B] [--seq-len L] [--pretrain-lr X]\n"
           "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W] [--train-limit N]\n"
-          "                 [--group-by-length 0|1]\n");
+          "                 [--group-by-length 0|1] [--mixed-precision no|bf16]\n");
       std::exit(0);
     } else {
       EMBER_FAIL("bert_sst2: unknown option ", k, " (see --help)");
@@ -85,6 +87,8 @@ Args parse(int argc, char** argv) {
   }
   EMBER_CHECK(a.stage == "all" || a.stage == "pretrain" || a.stage == "finetune",
               "bert_sst2: --stage must be all, pretrain or finetune, got ", a.stage);
+  EMBER_CHECK(a.mixed_precision == "no" || a.mixed_precision == "bf16",
+              "bert_sst2: --mixed-precision must be no or bf16, got ", a.mixed_precision);
   return a;
 }
 
@@ -103,6 +107,11 @@ class MetricsLog {
  private:
   std::ofstream out_;
 };
+
+// The autocast scope of one forward pass: bf16 products with f32 weights, or nothing.
+AutocastGuard forward_precision(const Args& a) {
+  return AutocastGuard(DeviceType::CPU, DType::bf16, a.mixed_precision == "bf16");
+}
 
 std::vector<std::string> corpus_files(const std::string& dir) {
   std::vector<std::string> files;
@@ -137,7 +146,10 @@ void pretrain(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& lo
   while (step < a.pretrain_steps) {
     loader.set_epoch(epoch++);
     for (auto& batch : loader) {
-      auto out = model->forward(batch);
+      auto out = [&] {
+        auto autocast = forward_precision(a);
+        return model->forward(batch);
+      }();
       out.loss.backward();
       optim::clip_grad_norm_(model->parameters(), 1.0);
       opt.step();
@@ -161,8 +173,9 @@ void pretrain(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& lo
   std::printf("pretrain: final loss (EMA) %.3f, saved to %s/pretrained\n", ema, a.out.c_str());
 }
 
-double evaluate(nn::BertForSequenceClassification& model, data::DataLoader& loader) {
+double evaluate(const Args& a, nn::BertForSequenceClassification& model, data::DataLoader& loader) {
   NoGradGuard ng;
+  auto autocast = forward_precision(a);
   model.eval();
   int64_t correct = 0, total = 0;
   for (auto& batch : loader) {
@@ -216,7 +229,10 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
     double ema = 0.0;
     int64_t local = 0, examples = 0;
     for (auto& batch : train_loader) {
-      auto out = model->forward(batch);
+      auto out = [&] {
+        auto autocast = forward_precision(a);
+        return model->forward(batch);
+      }();
       out.loss.backward();
       optim::clip_grad_norm_(model->parameters(), 1.0);
       opt.step();
@@ -233,7 +249,7 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
       if (step % 100 == 0) log.write("finetune", {{"step", double(step)}, {"loss", loss}, {"lr", sched->get_last_lr()[0]}});
     }
     bar.finish();
-    const double acc = evaluate(*model, dev_loader);
+    const double acc = evaluate(a, *model, dev_loader);
     best = std::max(best, acc);
     std::printf("epoch %lld: train loss (EMA) %.4f, SST-2 dev accuracy %.2f%%\n", (long long)(epoch + 1), ema, acc * 100);
     std::fflush(stdout);
