@@ -11,21 +11,27 @@
 //     opt->zero_grad();   // likewise: gradients keep accumulating in between
 //   }
 //
-// step_was_skipped() reports an update the mixed-precision loss scaler refused (inf/NaN
-// gradients); the scheduler then does not step either. Without a scaler no step is skipped.
+// With a loss scaler (mixed_precision "fp16") a synchronising step() is the scaler's step
+// (unscale unless clipping did already, skip the update when a gradient is inf/NaN) followed
+// by its update(). step_was_skipped() reports an update the scaler refused; the scheduler then
+// does not step either. Without a scaler no step is skipped.
 #pragma once
 #include <memory>
 
 #include "distributed/accelerator_state.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 
 namespace ember::distributed {
 
 class AcceleratedOptimizer {
  public:
-  AcceleratedOptimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<GradientState> gradient_state);
+  // `scaler` (may be null) is shared by every optimizer of the Accelerator.
+  AcceleratedOptimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<GradientState> gradient_state,
+                       std::shared_ptr<optim::GradScaler> scaler = nullptr);
 
-  // The wrapped optimizer's step, on synchronising micro-steps only.
+  // The wrapped optimizer's step (through the loss scaler, if any), on synchronising
+  // micro-steps only.
   void step();
   // The wrapped optimizer's zero_grad, on synchronising micro-steps only.
   void zero_grad(bool set_to_none = true);
@@ -44,10 +50,13 @@ class AcceleratedOptimizer {
   optim::Optimizer& optimizer() { return *optimizer_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   optim::Optimizer* operator->() { return optimizer_.get(); }
+  // The loss scaler steps go through (nullptr without fp16).
+  optim::GradScaler* scaler() const { return scaler_.get(); }
 
  private:
   std::shared_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<GradientState> gradient_state_;
+  std::shared_ptr<optim::GradScaler> scaler_;
   bool step_was_skipped_ = false;
   int64_t num_updates_ = 0;
 };

@@ -57,6 +57,9 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   state_ = AcceleratorState::initialize(options_.cpu, options_.timeout);
   gradient_state_ = std::make_shared<GradientState>(options_.gradient_accumulation_steps);
   gradient_state_->set_sync_with_dataloader(options_.sync_with_dataloader);
+  // One scaler for every optimizer, agreeing on overflows across processes.
+  if (options_.mixed_precision == "fp16")
+    scaler_ = std::make_shared<optim::GradScaler>(options_.scaler, state_->process_group().get());
   if (options_.seed) set_seed(*options_.seed);
 }
 
@@ -88,9 +91,6 @@ void Accelerator::validate_options() const {
   const auto& o = options_;
   EMBER_CHECK(o.mixed_precision == "no" || o.mixed_precision == "fp16" || o.mixed_precision == "bf16",
               "Accelerator: mixed_precision must be 'no', 'fp16' or 'bf16', got '", o.mixed_precision, "'");
-  EMBER_CHECK(o.mixed_precision == "no", "Accelerator: mixed_precision '", o.mixed_precision,
-              "' is not available in this version of Ember (autocast and the loss scaler are not built yet); "
-              "use 'no' (full f32)");
   EMBER_CHECK(o.gradient_accumulation_steps >= 1, "Accelerator: gradient_accumulation_steps must be >= 1, got ",
               o.gradient_accumulation_steps);
   EMBER_CHECK(o.total_limit == -1 || o.total_limit >= 1, "Accelerator: total_limit must be -1 (keep all) or >= 1, got ",
@@ -111,6 +111,8 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
   for (const auto& m : models_)
     if (m == model) return;  // prepared already
   if (!device().is_cpu()) model->to(device());
+  // Accelerate's convert_outputs_to_fp32: models that support it return f32 under autocast.
+  if (options_.mixed_precision != "no") model->set_convert_outputs_to_f32(true);
   std::shared_ptr<DistributedDataParallel> wrapper;
   if (num_processes() > 1) wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);
   models_.push_back(model);
@@ -119,7 +121,7 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
 
 std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared_ptr<optim::Optimizer> opt) {
   EMBER_CHECK(opt != nullptr, "Accelerator::prepare: the optimizer is null");
-  auto wrapped = std::make_shared<AcceleratedOptimizer>(std::move(opt), gradient_state_);
+  auto wrapped = std::make_shared<AcceleratedOptimizer>(std::move(opt), gradient_state_, scaler_);
   optimizers_.push_back(wrapped);
   return wrapped;
 }
@@ -160,17 +162,15 @@ std::shared_ptr<DistributedDataParallel> Accelerator::ddp(const nn::Module& mode
 void Accelerator::backward(const Tensor& loss) {
   EMBER_CHECK(loss.defined(), "Accelerator::backward: the loss is undefined");
   const int k = options_.gradient_accumulation_steps;
-  if (k == 1) {
-    loss.backward();
-  } else {
-    (loss * (1.0 / double(k))).backward();
-  }
+  const Tensor averaged = k == 1 ? loss : loss * (1.0 / double(k));
+  (scaler_ ? scaler_->scale(averaged) : averaged).backward();
 }
 
 void Accelerator::backward_token_sum(const Tensor& loss_sum, int64_t global_tokens) {
   EMBER_CHECK(loss_sum.defined(), "Accelerator::backward_token_sum: the loss is undefined");
   EMBER_CHECK(global_tokens > 0, "Accelerator::backward_token_sum: global_tokens must be > 0, got ", global_tokens);
-  (loss_sum * (double(num_processes()) / double(global_tokens))).backward();
+  const Tensor loss = loss_sum * (double(num_processes()) / double(global_tokens));
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
 }
 
 int64_t Accelerator::global_token_count(int64_t local_count) {
@@ -214,13 +214,34 @@ Accelerator::SyncGuard Accelerator::no_sync(const nn::Module& model) {
   return guard;
 }
 
+AutocastGuard Accelerator::autocast() const {
+  const std::string& mp = options_.mixed_precision;
+  const DeviceType d = device().type;
+  // "no" leaves whatever scope the caller is in as it is (Accelerate's nullcontext).
+  if (mp == "no") return AutocastGuard(d, autocast_dtype(d), autocast_enabled(d));
+  return AutocastGuard(d, mp == "fp16" ? DType::f16 : DType::bf16);
+}
+
+void Accelerator::unscale_gradients() {
+  if (!scaler_) return;
+  for (const auto& o : optimizers_)
+    if (!scaler_->is_unscaled(o->optimizer())) scaler_->unscale_(o->optimizer());
+}
+
 double Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
-  if (!sync_gradients()) return optim::clip_grad_norm_(params, std::numeric_limits<double>::infinity(), norm_type);
+  if (!sync_gradients()) {
+    // Mid-window the gradients stay scaled (more will be added to them); norms scale linearly.
+    const double norm = optim::clip_grad_norm_(params, std::numeric_limits<double>::infinity(), norm_type);
+    return scaler_ ? norm / scaler_->get_scale() : norm;
+  }
+  unscale_gradients();
   return optim::clip_grad_norm_(params, max_norm, norm_type);
 }
 
 void Accelerator::clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
-  if (sync_gradients()) optim::clip_grad_value_(params, clip_value);
+  if (!sync_gradients()) return;
+  unscale_gradients();
+  optim::clip_grad_value_(params, clip_value);
 }
 
 // ---- collectives
@@ -352,6 +373,7 @@ std::string Accelerator::save_state(const std::string& dir) {
   for (const auto& s : schedulers_) payload.schedulers.push_back(detail::to_object_state(s->state_dict()));
   for (const auto& c : custom_) payload.custom.push_back(c->state_dict());
   for (const auto& l : dataloaders_) payload.dataloaders.push_back(l->state());
+  if (scaler_) payload.scaler = detail::to_object_state(scaler_->state_dict());
   payload.rng = default_generator().get_state();
   payload.accumulation_step = step_;
   payload.save_iteration = save_iteration_;
@@ -390,6 +412,13 @@ std::string Accelerator::load_state(const std::string& dir) {
   count_check("registered objects", saved.custom.size(), custom_.size());
   count_check("data loaders", saved.dataloaders.size(), dataloaders_.size());
   const std::string prefix = (fs::path(in) / "").string();
+  auto with_file = [&](const std::string& file, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EMBER_FAIL("load_state: ", file, ": ", e.what());
+    }
+  };
   // Everything is checked before anything changes.
   for (size_t i = 0; i < models.size(); ++i)
     check_model_state(prefix + checkpoint_file_name("model", i), *models[i], saved.models[i]);
@@ -406,15 +435,16 @@ std::string Accelerator::load_state(const std::string& dir) {
                   " has ", n, " parameters in group ", g, " but optimizer ", i, " has ", groups[g].params.size());
     }
   }
+  if (scaler_ && scaler_->is_enabled()) {
+    EMBER_CHECK(saved.scaler.has_value(), "load_state: ", prefix, kScalerFileName,
+                " is missing: the checkpoint was saved without fp16 loss scaling, but this Accelerator uses "
+                "mixed_precision 'fp16' and needs the scaler's state");
+    // A scratch scaler proves the state loads before anything changes.
+    optim::GradScaler probe(options_.scaler);
+    with_file(prefix + kScalerFileName, [&] { probe.load_state_dict(saved.scaler->scalars); });
+  }
 
   for (size_t i = 0; i < models.size(); ++i) models[i]->load_state_dict(saved.models[i], /*strict=*/true);
-  auto with_file = [&](const std::string& file, const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      EMBER_FAIL("load_state: ", file, ": ", e.what());
-    }
-  };
   for (size_t i = 0; i < optimizers_.size(); ++i)
     with_file(prefix + checkpoint_file_name("optimizer", i), [&] {
       optimizers_[i]->load_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
@@ -423,6 +453,7 @@ std::string Accelerator::load_state(const std::string& dir) {
     with_file(prefix + checkpoint_file_name("scheduler", i), [&] { schedulers_[i]->load_state_dict(saved.schedulers[i].scalars); });
   for (size_t i = 0; i < custom_.size(); ++i)
     with_file(prefix + checkpoint_file_name("custom_checkpoint", i), [&] { custom_[i]->load_state_dict(saved.custom[i]); });
+  if (scaler_ && saved.scaler) scaler_->load_state_dict(saved.scaler->scalars);
   for (size_t i = 0; i < dataloaders_.size(); ++i) dataloaders_[i]->restore(saved.dataloaders[i]);
   default_generator().set_state(saved.rng);
   step_ = saved.accumulation_step;

@@ -24,8 +24,13 @@
 // sets, as Accelerate does: mixed_precision "no" <- EMBER_MIXED_PRECISION,
 // gradient_accumulation_steps 1 <- EMBER_GRADIENT_ACCUMULATION_STEPS, cpu false <- EMBER_USE_CPU.
 //
-// Mixed precision: only "no" for now. "bf16" and "fp16" are recognised names but refused with a
-// clear error until autocast and the loss scaler exist, so nobody gets an f32 run by surprise.
+// Mixed precision ("bf16" or "fp16"): parameters, gradients and optimizer state stay f32; the
+// forward pass runs inside `auto ac = acc.autocast();`, where matmul/linear/bmm compute in the
+// half type and softmax, layer_norm, losses and reductions in f32 (core/autocast.h). "fp16"
+// adds a loss scaler (optim::GradScaler, options in AcceleratorOptions::scaler): backward()
+// scales the loss, clipping unscales the gradients first, and the prepared optimizer skips an
+// update whose gradients overflowed (optimizer_step_was_skipped(); the prepared scheduler then
+// does not advance). bf16 has f32's range and needs no scaling.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -41,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/autocast.h"
 #include "data/dataloader.h"
 #include "distributed/accelerated_dataloader.h"
 #include "distributed/accelerated_optimizer.h"
@@ -49,6 +55,7 @@
 #include "distributed/checkpointing.h"
 #include "distributed/ddp.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
@@ -79,6 +86,8 @@ struct AcceleratorOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   // How prepare() wraps models in DistributedDataParallel when there are several processes.
   DDPOptions ddp = {};
+  // The loss scaler of mixed_precision "fp16" (Accelerate's GradScalerKwargs); unused otherwise.
+  optim::GradScalerOptions scaler = {};
 };
 
 // Removes a registered hook when remove() is called (destroying the handle keeps the hook).
@@ -226,12 +235,14 @@ class Accelerator {
   std::shared_ptr<DistributedDataParallel> ddp(const nn::Module& model) const;
 
   // ---- training step
-  // backward of loss / gradient_accumulation_steps (always divided, as in Accelerate).
+  // backward of loss / gradient_accumulation_steps (always divided, as in Accelerate), times
+  // the loss scale under fp16.
   void backward(const Tensor& loss);
   // backward of loss_sum / global_tokens, times num_processes (undoing DDP's average) and not
   // divided by the accumulation steps: with global_tokens counted over the whole accumulation
   // window on every process (global_token_count), the summed gradients equal those of the
-  // token-mean loss over the one big batch the window stands for.
+  // token-mean loss over the one big batch the window stands for. Scaled like backward() under
+  // fp16.
   void backward_token_sum(const Tensor& loss_sum, int64_t global_tokens);
   // Tokens over all processes: the sum of every process's `local_count` (a collective).
   int64_t global_token_count(int64_t local_count);
@@ -265,23 +276,22 @@ class Accelerator {
     return no_sync(static_cast<const nn::Module&>(*model));
   }
 
-  // Mixed precision scope, for loops written ahead of half precision: with mixed_precision "no"
-  // (the only setting accepted so far) nothing inside it changes.
-  class AutocastGuard {
-   public:
-    explicit AutocastGuard(std::string dtype) : dtype_(std::move(dtype)) {}
-    const std::string& dtype() const { return dtype_; }
+  // The mixed-precision scope for the forward pass: autocast on device() in bf16 or f16 while
+  // the guard lives; with mixed_precision "no" a guard that changes nothing (an enclosing
+  // autocast scope stays in force, as with Accelerate's nullcontext).
+  [[nodiscard]] AutocastGuard autocast() const;
+  // The loss scaler of mixed_precision "fp16" (nullptr otherwise).
+  optim::GradScaler* scaler() const { return scaler_.get(); }
 
-   private:
-    std::string dtype_;
-  };
-  [[nodiscard]] AutocastGuard autocast() const { return AutocastGuard(options_.mixed_precision); }
-
-  // Gradient clipping; returns the total norm. Clips only on synchronising micro-steps (partial
-  // sums in between are not the gradients the optimizer will use): there the norm of the
-  // accumulated gradients is returned and nothing changes.
+  // Gradient clipping; returns the total norm (of the true, unscaled gradients under fp16).
+  // Clips only on synchronising micro-steps (partial sums in between are not the gradients the
+  // optimizer will use): there the norm of the accumulated gradients is returned and nothing
+  // changes. On a synchronising step under fp16 the gradients are unscaled first.
   double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
   void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+  // fp16: divides the gradients of every prepared optimizer by the loss scale, in place (once
+  // per step; the optimizer's step then does not unscale again). Nothing otherwise.
+  void unscale_gradients();
 
   // ---- collectives (every process calls them, in the same order)
   Tensor gather(const Tensor& tensor) const;
@@ -354,8 +364,8 @@ class Accelerator {
   void save(const ObjectState& state, const std::string& path);
 
   // Everything needed to continue training: prepared models, optimizers, schedulers, every
-  // process's generator state, each prepared loader's epoch and position, and the registered
-  // objects. Empty `dir`: <project_dir>/checkpoints/checkpoint_<n> (n counts up from 0, or from
+  // process's generator state, each prepared loader's epoch and position, the loss scaler
+  // (fp16) and the registered objects. Empty `dir`: <project_dir>/checkpoints/checkpoint_<n> (n counts up from 0, or from
   // the loaded checkpoint), keeping at most total_limit of them. Returns the directory.
   std::string save_state(const std::string& dir = "");
   // Restores a save_state directory (empty: the latest automatic checkpoint). Raises
@@ -427,6 +437,7 @@ class Accelerator {
   AcceleratorOptions options_;
   std::shared_ptr<AcceleratorState> state_;
   std::shared_ptr<GradientState> gradient_state_;
+  std::shared_ptr<optim::GradScaler> scaler_;  // fp16 only
   int64_t step_ = 0;
   int64_t save_iteration_ = 0;
 

@@ -160,6 +160,7 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
       save_object_state(s + checkpoint_file_name("scheduler", i), payload.schedulers[i]);
     for (size_t i = 0; i < payload.custom.size(); ++i)
       save_object_state(s + checkpoint_file_name("custom_checkpoint", i), payload.custom[i]);
+    if (payload.scaler) save_object_state(s + kScalerFileName, *payload.scaler);
     nlohmann::json loaders = nlohmann::json::array();
     for (const auto& p : payload.dataloaders) loaders.push_back({{"epoch", p.epoch}, {"position", p.position}});
     nlohmann::json meta = {{"format", kFormat},
@@ -168,6 +169,7 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
                            {"optimizers", payload.optimizers.size()},
                            {"schedulers", payload.schedulers.size()},
                            {"custom_objects", payload.custom.size()},
+                           {"scaler", payload.scaler.has_value()},
                            {"dataloaders", loaders},
                            {"accumulation_step", payload.accumulation_step},
                            {"save_iteration", payload.save_iteration}};
@@ -216,6 +218,8 @@ CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState
       out.schedulers.push_back(load_object_state(s + checkpoint_file_name("scheduler", i)));
     for (size_t i = 0; i < meta.at("custom_objects").get<size_t>(); ++i)
       out.custom.push_back(load_object_state(s + checkpoint_file_name("custom_checkpoint", i)));
+    // Checkpoints written before loss scaling existed have no "scaler" entry: no scaler.
+    if (meta.value("scaler", false)) out.scaler = load_object_state(s + kScalerFileName);
     for (const auto& p : meta.at("dataloaders"))
       out.dataloaders.push_back({p.at("epoch").get<int64_t>(), p.at("position").get<int64_t>()});
     out.accumulation_step = meta.at("accumulation_step").get<int64_t>();

@@ -5,6 +5,7 @@
 //   optimizer.safetensors, optimizer_1.safetensors, ...  optimizer state (main process)
 //   scheduler.safetensors, ...                           scheduler state (main process)
 //   custom_checkpoint_0.safetensors, ...                 register_for_checkpointing objects
+//   scaler.safetensors                                   fp16 loss scaler (main process)
 //   random_states_<rank>.json                            each process's generator state
 //   accelerator_state.json                               world size, loader positions, counters
 //
@@ -18,6 +19,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -110,6 +112,7 @@ struct CheckpointPayload {
   std::vector<ObjectState> schedulers;
   std::vector<ObjectState> custom;
   std::vector<LoaderPosition> dataloaders;
+  std::optional<ObjectState> scaler;  // the loss scaler's state (fp16 only)
   GeneratorState rng;                 // this process's
   int64_t accumulation_step = 0;      // micro-steps into the current accumulation window
   int64_t save_iteration = 0;         // automatic naming: the number of this checkpoint
@@ -127,6 +130,9 @@ CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState
 // Raises ember::Error naming `file` when `saved` does not fit `model`: missing or unexpected
 // keys, or different shapes.
 void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved);
+
+// The loss scaler's file in a checkpoint directory.
+inline constexpr const char* kScalerFileName = "scaler.safetensors";
 
 // Checkpoint files: the model, optimizer, ... file name for object `index` of `kind`
 // ("model" -> model.safetensors, model_1.safetensors, ...).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/autocast.h"
 #include "core/grad_mode.h"
 
 namespace ember::nn {
@@ -209,5 +210,7 @@ int64_t Module::num_parameters() const {
   for (auto& p : parameters()) n += p.numel();
   return n;
 }
+
+Tensor Module::model_output(const Tensor& t) const { return outputs_to_f32_ ? autocast::to_f32(t) : t; }
 
 }  // namespace ember::nn

@@ -72,8 +72,17 @@ class Module {
 
   int64_t num_parameters() const;
 
+  // Under mixed precision, models that opt in (the BERT heads) return their outputs in f32
+  // while autocast is on, as Accelerate's convert_outputs_to_fp32 does for a prepared model.
+  // Accelerator::prepare sets it when mixed_precision is fp16 or bf16.
+  void set_convert_outputs_to_f32(bool on) { outputs_to_f32_ = on; }
+  bool converts_outputs_to_f32() const { return outputs_to_f32_; }
+
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  // `t` as this module's caller should see it: f32 when set_convert_outputs_to_f32 is on and
+  // autocast is active, else unchanged.
+  Tensor model_output(const Tensor& t) const;
 
  private:
   void collect(const std::string& prefix, bool params, bool recurse, bool dedupe, bool persistent_only,
@@ -81,6 +90,7 @@ class Module {
 
   std::string type_name_;
   bool training_ = true;
+  bool outputs_to_f32_ = false;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::string> non_persistent_;

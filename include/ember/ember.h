@@ -34,6 +34,7 @@
 
 // optim
 #include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/sgd_adam.h"

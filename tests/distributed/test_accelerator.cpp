@@ -1,7 +1,8 @@
 // The Accelerator in one process (no launcher, no environment): prepare, the accumulation and
 // scheduler semantics, token-level losses, gather_for_metrics, clipping, save_state/load_state
-// (resume, rotation, atomicity, hooks, mismatch errors) and save_model. Multi-process behaviour
-// is in test_accelerator_processes.cpp.
+// (resume, rotation, atomicity, hooks, mismatch errors), save_model, and mixed precision
+// (autocast, fp16 loss scaling, skipped steps, the scaler in checkpoints). Multi-process
+// behaviour is in test_accelerator_processes.cpp.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -93,8 +94,11 @@ TEST(Accelerator, OneProcessWithoutEnvironment) {
   EXPECT_FALSE(acc.optimizer_step_was_skipped());
   acc.wait_for_everyone();
   { auto first = acc.main_process_first(); }
-  auto mp = acc.autocast();
-  EXPECT_EQ(mp.dtype(), "no");
+  EXPECT_EQ(acc.scaler(), nullptr);
+  {
+    auto ac = acc.autocast();  // "no": autocast stays off
+    EXPECT_FALSE(autocast_enabled(DeviceType::CPU));
+  }
   // A second Accelerator shares the process state.
   Accelerator other({.cpu = true});
   EXPECT_EQ(&other.state(), &acc.state());
@@ -112,17 +116,30 @@ TEST(Accelerator, LauncherEnvironmentFillsUnsetOptions) {
     EXPECT_EQ(set.gradient_accumulation_steps(), 2);
   }
   {
-    // Half precision needs autocast and a loss scaler, which this version does not have: a
-    // launcher asking for it gets a clear refusal rather than a silent f32 run.
     ScopedEnv env({{"EMBER_MIXED_PRECISION", "bf16"}});
-    EXPECT_EMBER_ERROR(Accelerator(), "mixed_precision", "'bf16'", "not available");
+    Accelerator acc;
+    EXPECT_EQ(acc.mixed_precision(), "bf16");
+    EXPECT_EQ(acc.scaler(), nullptr);  // bf16 has f32's range: no loss scaling
+  }
+  {
+    ScopedEnv env({{"EMBER_MIXED_PRECISION", "fp16"}});
+    Accelerator acc;
+    EXPECT_EQ(acc.mixed_precision(), "fp16");
+    ASSERT_NE(acc.scaler(), nullptr);
+    EXPECT_EQ(acc.scaler()->get_scale(), 65536.0);
+  }
+  {
+    ScopedEnv env({{"EMBER_MIXED_PRECISION", "fp8"}});
+    EXPECT_EMBER_ERROR(Accelerator(), "mixed_precision", "'fp8'");
   }
   {
     ScopedEnv env({{"EMBER_GRADIENT_ACCUMULATION_STEPS", "zero"}});
     EXPECT_EMBER_ERROR(Accelerator(), "EMBER_GRADIENT_ACCUMULATION_STEPS='zero'");
   }
   EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "fp8"}), "mixed_precision", "'fp8'");
-  EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "fp16"}), "mixed_precision", "'fp16'", "not available");
+  EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "FP16"}), "mixed_precision", "'FP16'");
+  EXPECT_EMBER_ERROR(Accelerator({.mixed_precision = "fp16", .scaler = {.growth_factor = 0.5}}), "GradScaler",
+                     "growth_factor");
   EXPECT_EMBER_ERROR(Accelerator({.gradient_accumulation_steps = 0}), "gradient_accumulation_steps", "0");
   EXPECT_EMBER_ERROR(Accelerator({.total_limit = 0}), "total_limit");
 }
@@ -566,4 +583,241 @@ TEST(AcceleratorCheckpoint, RegisteredModulesAndOptimizersRoundTrip) {
   EXPECT_EQ(flat(*ema), params);
   for (const auto& [k, t] : ema_opt.state_dict().tensors) EXPECT_TRUE(ember::testing::all_close(t, momentum.at(k), 0, 0)) << k;
   EXPECT_TRUE(fs::exists(dir.file("c/custom_checkpoint_1.safetensors")));
+}
+
+// ---- mixed precision
+
+TEST(AcceleratorMixedPrecision, Bf16AutocastRunsLinearInBf16AndKeepsF32Parameters) {
+  Accelerator acc({.mixed_precision = "bf16"});
+  auto model = acc.prepare(make_mlp(21));
+  const Tensor x = uniform_tensor(22, {5, kIn}), y = uniform_tensor(23, {5, kOut});
+  Tensor loss;
+  {
+    auto ac = acc.autocast();
+    EXPECT_TRUE(autocast_enabled(DeviceType::CPU));
+    EXPECT_EQ(autocast_dtype(DeviceType::CPU), DType::bf16);
+    EXPECT_EQ(model->fc1->forward(x).dtype(), DType::bf16);
+    Tensor out = model->forward(x);
+    EXPECT_EQ(out.dtype(), DType::bf16);
+    loss = nn::functional::mse_loss(out, y);
+    EXPECT_EQ(loss.dtype(), DType::f32);
+  }
+  EXPECT_FALSE(autocast_enabled(DeviceType::CPU));
+  EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f32);  // outside the scope: f32 again
+  acc.backward(loss);
+  for (const auto& [name, p] : model->named_parameters()) {
+    EXPECT_EQ(p.dtype(), DType::f32) << name;
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().dtype(), DType::f32) << name;
+  }
+  // The bf16 gradients are those of the f32 model within bf16 precision.
+  auto reference = make_mlp(21);
+  nn::functional::mse_loss(reference->forward(x), y).backward();
+  EXPECT_LE(max_diff(flat_grads(*model), flat_grads(*reference)), 0.05);
+  EXPECT_GT(max_diff(flat_grads(*model), std::vector<float>(flat_grads(*model).size(), 0.0f)), 1e-3);
+
+  Accelerator fp16({.mixed_precision = "fp16"});
+  {
+    auto ac = fp16.autocast();
+    EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+    // A nested "no" scope changes nothing: the enclosing fp16 scope stays in force.
+    Accelerator off;
+    {
+      auto none = off.autocast();
+      EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+    }
+    EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+  }
+}
+
+TEST(AcceleratorMixedPrecision, BackwardScalesTheAveragedLoss) {
+  Accelerator acc({.mixed_precision = "fp16", .gradient_accumulation_steps = 4});
+  auto p = from_vector<float>({2.0f}).requires_grad_();
+  acc.backward(sum(p * p));
+  EXPECT_EQ(p.grad().item<float>(), 65536.0f);  // 2p / 4 * 2^16
+  p.set_grad(Tensor());
+  acc.backward_token_sum(sum(p * p), 4);
+  EXPECT_EQ(p.grad().item<float>(), 65536.0f);  // 2p / 4 tokens * 2^16
+}
+
+namespace {
+
+// y = x W^T + b for one row x with entries of magnitude <= 1, summed: d loss / d out is 1, so
+// under f16 autocast the scaled gradients are at most the scale itself, which overflows f16
+// (max 65504) at 2^16 and fits at 2^15.
+struct OverflowOnce {
+  explicit OverflowOnce(AcceleratorOptions opt)
+      : acc(std::move(opt)), model(std::make_shared<nn::Linear>(3, 1)), sgd(model->parameters(), {.lr = 0.5}),
+        sched(sgd, [](int64_t step) { return 1.0 / double(1 + step); }) {
+    NoGradGuard ng;
+    model->weight.copy_(from_vector<float>({0.5f, -0.25f, 1.0f}, {1, 3}));
+    model->bias.fill_(0.0);
+    std::tie(m, o, s) = acc.prepare(model, sgd, sched);
+  }
+  void iteration() {
+    Tensor loss;
+    {
+      auto ac = acc.autocast();
+      loss = sum(m->forward(x));
+    }
+    acc.backward(loss);
+    o->step();
+    s->step();
+    o->zero_grad();
+  }
+  Accelerator acc;
+  std::shared_ptr<nn::Linear> model;
+  optim::SGD sgd;
+  optim::LRScheduler sched;
+  std::shared_ptr<nn::Linear> m;
+  std::shared_ptr<AcceleratedOptimizer> o;
+  std::shared_ptr<AcceleratedScheduler> s;
+  Tensor x = from_vector<float>({1, 0.5f, -1}, {1, 3});
+};
+
+}  // namespace
+
+TEST(AcceleratorMixedPrecision, AnOverflowSkipsTheStepAndHoldsTheScheduler) {
+  OverflowOnce run({.mixed_precision = "fp16"});
+  const auto before = flat(*run.model);
+  run.iteration();
+  EXPECT_TRUE(run.acc.optimizer_step_was_skipped());
+  EXPECT_TRUE(run.o->step_was_skipped());
+  EXPECT_EQ(run.o->num_updates(), 0);
+  EXPECT_EQ(flat(*run.model), before);
+  EXPECT_EQ(run.s->last_step(), 0);
+  EXPECT_EQ(run.s->get_last_lr()[0], 0.5);
+  EXPECT_EQ(run.acc.scaler()->get_scale(), 32768.0);
+
+  run.iteration();  // 2^15 fits: a real step, with the true (unscaled) gradient
+  EXPECT_FALSE(run.acc.optimizer_step_was_skipped());
+  EXPECT_EQ(run.o->num_updates(), 1);
+  EXPECT_EQ(run.s->last_step(), 1);
+  EXPECT_EQ(run.s->get_last_lr()[0], 0.25);
+  // dW = x, db = 1; lr 0.5.
+  const std::vector<float> want = {0.0f, -0.5f, 1.5f, -0.5f};
+  EXPECT_EQ(flat(*run.model), want);
+  EXPECT_EQ(run.acc.scaler()->get_scale(), 32768.0);
+  EXPECT_EQ(run.acc.scaler()->growth_tracker(), 1);
+
+  // bf16 has no scaler and never skips.
+  OverflowOnce bf16({.mixed_precision = "bf16"});
+  bf16.iteration();
+  EXPECT_FALSE(bf16.acc.optimizer_step_was_skipped());
+  EXPECT_EQ(bf16.s->last_step(), 1);
+}
+
+TEST(AcceleratorMixedPrecision, SkippedStepsUnderAccumulationHoldTheSchedulerUntilACleanWindow) {
+  // Each micro-step backpropagates scale / 2: 2^16 at first (overflow), 2^15 after one backoff.
+  OverflowOnce run({.mixed_precision = "fp16", .gradient_accumulation_steps = 2, .scaler = {.init_scale = 131072.0}});
+  data::DataLoader loader(make_dataset(8), {.batch_size = 1});
+  auto l = run.acc.prepare(loader);
+  std::vector<int> skipped, sched_steps;
+  for ([[maybe_unused]] auto& batch : *l) {
+    auto guard = run.acc.accumulate();
+    run.iteration();
+    skipped.push_back(run.acc.optimizer_step_was_skipped());
+    sched_steps.push_back(int(run.s->last_step()));
+  }
+  // The first window overflows: its synchronising step is skipped (and reported until the next
+  // synchronising step, as in Accelerate), and the scheduler waits for the next clean window.
+  EXPECT_EQ(skipped, (std::vector<int>{0, 1, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(sched_steps, (std::vector<int>{0, 0, 0, 1, 1, 2, 2, 3}));
+  EXPECT_EQ(run.o->num_updates(), 3);
+  EXPECT_EQ(run.acc.scaler()->get_scale(), 65536.0);
+}
+
+TEST(AcceleratorMixedPrecision, ClippingUnscalesFirstAndReturnsTheTrueNorm) {
+  Accelerator acc({.mixed_precision = "fp16", .gradient_accumulation_steps = 2});
+  auto p = from_vector<float>({3.0f, 4.0f}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.5});
+  data::DataLoader loader(make_dataset(4), {.batch_size = 1});
+  auto [o, l] = acc.prepare(sgd, loader);
+  auto it = l->begin();
+  {
+    auto guard = acc.accumulate();
+    ASSERT_FALSE(acc.sync_gradients());
+    acc.backward(sum(p * p));  // true grad (6, 8) / 2 = (3, 4), norm 5
+    EXPECT_NEAR(acc.clip_grad_norm_({p}, 1.0), 5.0, 1e-5);
+    EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{3.0f * 65536, 4.0f * 65536}));  // still scaled
+    o->step();
+  }
+  ++it;
+  {
+    auto guard = acc.accumulate();
+    ASSERT_TRUE(acc.sync_gradients());
+    acc.backward(sum(p * p));  // window total (6, 8), norm 10
+    EXPECT_NEAR(acc.clip_grad_norm_({p}, 1.0), 10.0, 1e-5);
+    EXPECT_NEAR(p.grad().to_vector<float>()[0], 0.6f, 1e-5);
+    // Clipping again in the same step does not unscale twice.
+    EXPECT_NEAR(acc.clip_grad_norm_({p}, 1.0), 1.0, 1e-5);
+    o->step();  // uses the clipped gradient as it is
+    o->zero_grad();
+  }
+  EXPECT_FALSE(acc.optimizer_step_was_skipped());
+  EXPECT_NEAR(p.to_vector<float>()[0], 3.0f - 0.5f * 0.6f, 1e-5);
+  EXPECT_NEAR(p.to_vector<float>()[1], 4.0f - 0.5f * 0.8f, 1e-5);
+  ++it;
+  {
+    auto guard = acc.accumulate();
+    acc.backward(sum(p * 2.0));
+  }
+  ++it;
+  {
+    auto guard = acc.accumulate();
+    acc.backward(sum(p * 2.0));  // window total (2, 2)
+    acc.clip_grad_value_({p}, 1.5);
+    EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));  // unscaled, then clipped
+    o->step();
+  }
+}
+
+TEST(AcceleratorMixedPrecision, SaveStateRestoresTheLossScale) {
+  ember::testing::TempDir dir("accel_scaler");
+  const std::string ckpt = dir.file("fp16"), plain = dir.file("plain");
+  const AcceleratorOptions fp16{.mixed_precision = "fp16", .scaler = {.init_scale = 1024.0, .growth_interval = 2}};
+  double scale = 0;
+  int64_t tracker = 0;
+  {
+    TrainingRun run(fp16);
+    run.steps(5);  // f32 gradients: no overflow; the scale grows every 2 steps
+    scale = run.acc.scaler()->get_scale();
+    tracker = run.acc.scaler()->growth_tracker();
+    EXPECT_EQ(scale, 4096.0);
+    EXPECT_EQ(tracker, 1);
+    run.acc.save_state(ckpt);
+    EXPECT_TRUE(fs::exists(ckpt + "/scaler.safetensors"));
+    run.steps(2);
+    EXPECT_NE(run.acc.scaler()->get_scale(), scale);
+  }
+  {
+    TrainingRun resumed(fp16);
+    resumed.acc.load_state(ckpt);
+    EXPECT_EQ(resumed.acc.scaler()->get_scale(), scale);
+    EXPECT_EQ(resumed.acc.scaler()->growth_tracker(), tracker);
+    EXPECT_EQ(resumed.counter.value, 5);
+  }
+  {
+    // Without fp16 the scaler's file is neither written nor needed.
+    TrainingRun run(AcceleratorOptions{});
+    run.steps(1);
+    run.acc.save_state(plain);
+    EXPECT_FALSE(fs::exists(plain + "/scaler.safetensors"));
+    run.acc.load_state(ckpt);  // an fp16 checkpoint loads into an f32 run
+  }
+  TrainingRun needs_scaler(fp16);
+  needs_scaler.steps(1);
+  const auto before = flat(*needs_scaler.model);
+  EXPECT_EMBER_ERROR(needs_scaler.acc.load_state(plain), "load_state", plain + "/scaler.safetensors", "missing",
+                     "fp16");
+  EXPECT_EQ(flat(*needs_scaler.model), before);  // nothing changed
+  // A damaged scaler file is named too.
+  ObjectState broken;
+  broken.scalars = {{"scale", 8.0}};
+  {
+    Accelerator writer;
+    writer.save(broken, ckpt + "/scaler.safetensors");
+  }
+  EXPECT_EMBER_ERROR(needs_scaler.acc.load_state(ckpt), "load_state", ckpt + "/scaler.safetensors", "growth_factor");
+  EXPECT_EQ(flat(*needs_scaler.model), before);
 }

@@ -145,6 +145,17 @@ TEST_F(AcceleratorProcesses, ResumingMidEpochReachesTheUninterruptedParameters) 
   }
 }
 
+TEST_F(AcceleratorProcesses, AnInfGradientOnOneRankSkipsTheStepOnEveryRank) {
+  // fp16 loss scaling: only rank 1 sees an inf gradient (in a parameter DDP does not reduce);
+  // the scaler's all-reduced found-inf flag makes both ranks skip, back off and stay identical.
+  auto outcomes = run(2, {"amp"});
+  expect_all(outcomes, "amp ok");
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_NE(outcomes[r].output.find("skipped 1 of 2 steps, scale 512"), std::string::npos) << outcomes[r].output;
+  // One process: its own inf skips its step.
+  expect_all(run(0, {"amp"}), "amp ok");
+}
+
 TEST_F(AcceleratorProcesses, RunsUnderTheEmberLauncher) {
   const std::string cli = ember_cli();
   if (!std::filesystem::exists(cli)) GTEST_SKIP() << "no `ember` command at " << cli;

@@ -13,9 +13,14 @@
 //                                                 <stop_at> micro-steps (save_state), or resumes
 //                                                 from the latest checkpoint; writes the final
 //                                                 weights to <out>; prints "train ok"
+//   accel_worker amp                              fp16: only the last rank gets an inf gradient,
+//                                                 and every rank skips that step (the scaler's
+//                                                 found-inf flag is agreed across processes),
+//                                                 then steps together; prints "amp ok"
 // Exit status 0 when every expectation held.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstdlib>
 #include <string>
 
@@ -23,6 +28,7 @@
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "distributed/accelerator.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"
 
@@ -271,6 +277,97 @@ int run_train(const std::string& project, const std::string& out, int64_t total,
   return failed ? 1 : 0;
 }
 
+std::vector<float> flat_values(const std::vector<Tensor>& tensors) {
+  std::vector<float> out;
+  for (const auto& t : tensors) {
+    auto v = t.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+int run_amp() {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  Accelerator acc({.mixed_precision = "fp16", .scaler = {.init_scale = 1024.0}});
+  const int R = acc.num_processes(), rank = acc.process_index();
+  const bool overflows_here = rank == R - 1;
+
+  // A scaler bound to the job's process group, used directly.
+  {
+    auto p = from_vector<float>({1.0f, 2.0f}).requires_grad_();
+    optim::SGD sgd({p}, {.lr = 1.0});
+    optim::GradScaler scaler({.init_scale = 8.0}, acc.process_group());
+    p.set_grad(from_vector<float>({8.0f, overflows_here ? kInf : 8.0f}));
+    const bool stepped = scaler.step(sgd);
+    scaler.update();
+    expect(!stepped, "GradScaler: the step is skipped on every rank");
+    expect(p.to_vector<float>() == std::vector<float>{1.0f, 2.0f}, "GradScaler: a skipped step changes nothing");
+    expect(scaler.get_scale() == 4.0, "GradScaler: every rank backs off");
+    p.set_grad(from_vector<float>({4.0f, 4.0f}));
+    expect(scaler.step(sgd), "GradScaler: a clean step is taken");
+    scaler.update();
+    expect(p.to_vector<float>() == std::vector<float>{0.0f, 1.0f}, "GradScaler: the clean step used 1/scale");
+  }
+
+  // The Accelerator: a DDP model plus one parameter outside it. DDP does not all-reduce that
+  // parameter's gradient, so only the scaler's agreement tells the other ranks of its inf.
+  auto model = make_mlp(31);
+  Tensor extra = from_vector<float>({0.5f}).requires_grad_();
+  std::vector<Tensor> params = model->parameters();
+  params.push_back(extra);
+  optim::SGD opt(params, {.lr = 0.1});
+  optim::LRScheduler sched(opt, [](int64_t step) { return 1.0 / double(1 + step); });
+  auto [m, o, s] = acc.prepare(model, opt, sched);
+  auto [x, y] = batch_rows(0, 4 * R, 4 * rank, 4);
+  int skipped = 0;
+  for (int it = 0; it < 2; ++it) {
+    const std::vector<float> before = flat_values(params);
+    Tensor loss;
+    {
+      auto ac = acc.autocast();
+      loss = nn::functional::mse_loss(m->forward(x), y) + sum(extra * extra);
+    }
+    acc.backward(loss);
+    std::vector<Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad());
+    if (it == 0 && overflows_here) extra.grad().fill_(kInf);
+    const bool finite_here = all_finite(flat_values(grads));
+    o->step();
+    s->step();
+    o->zero_grad();
+    const bool was_skipped = acc.optimizer_step_was_skipped();
+    if (it == 0) {
+      expect(finite_here != overflows_here, "only the last rank holds an inf gradient");
+      expect(was_skipped, "the step is skipped on every rank");
+      expect(flat_values(params) == before, "a skipped step leaves the parameters");
+      expect(s->last_step() == 0, "the scheduler does not advance on a skipped step");
+      expect(acc.scaler()->get_scale() == 512.0, "every rank backs off the scale");
+    } else {
+      expect(finite_here, "the second iteration is clean");
+      expect(!was_skipped, "the clean step is taken");
+      expect(flat_values(params) != before, "the clean step moves the parameters");
+      expect(s->last_step() == R, "the scheduler advances num_processes steps");
+    }
+    skipped += was_skipped ? 1 : 0;
+  }
+  // The replicas are still identical.
+  const std::vector<float> mine = flat_values(params);
+  Tensor all = acc.gather(from_vector<float>(mine, {1, int64_t(mine.size())}));
+  bool identical = true;
+  for (int r = 1; r < R; ++r) identical = identical && all.select(0, r).to_vector<float>() == all.select(0, 0).to_vector<float>();
+  expect(identical, "parameters agree on every rank");
+  std::printf("rank %d amp: skipped %d of 2 steps, scale %g\n", rank, skipped, acc.scaler()->get_scale());
+  acc.wait_for_everyone();
+  if (!failed) std::printf("amp ok\n");
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,8 +378,9 @@ int main(int argc, char** argv) {
     if (mode == "accum" && argc == 4) return run_accum(arg(2), arg(3));
     if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
     if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
+    if (mode == "amp" && argc == 2) return run_amp();
     std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
-                         "train <project> <out> <total> <stop_at> <resume>\n");
+                         "train <project> <out> <total> <stop_at> <resume> | amp\n");
     return 2;
   } catch (const std::exception& e) {
     std::printf("failed: %s\n", e.what());
