@@ -12,6 +12,19 @@
 //
 // The bf16 rows run at 1024x1024x1024 and 2048x256x768 (a BERT-base linear layer's shape).
 //
+//   bf16_<path>/<shape>     a bf16 product forced onto one bf16 GEMM path (kernels/cpu/gemm_bf16.h):
+//                           onednn (label names oneDNN's ISA: avx512_core_amx, or
+//                           avx512_core_bf16 when run with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16),
+//                           avx512bf16 (Ember's vdpbf16ps kernel), widened (f32 GEMM). Shapes
+//                           from a small BERT (hidden 256, FFN 1024, 2048 tokens, 64 x 128 attention):
+//                             fc1      2048x256x1024   x @ W^T
+//                             fc2      2048x1024x256   x @ W^T
+//                             dW       256x2048x1024   dY^T @ X
+//                             attn     64 x 128x128x64 bmm
+//                             square   1024x1024x1024
+//                           Paths alternate within each shape. Measured numbers and the dispatch
+//                           they led to: the header of kernels/cpu/gemm_bf16.cpp.
+//
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
 // eigen_* use Eigen's own OpenMP threading (Eigen::setNbThreads), the usual way to run it.
 // Benchmarks are registered shape by shape, Ember next to Eigen, so both see the same machine.
@@ -22,6 +35,7 @@
 #include <string>
 
 #include "ember/ember.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 namespace {
 
@@ -93,6 +107,51 @@ void ember_matmul_bT_bf16(benchmark::State& state, Problem p) {
   count_flops(state, p);
 }
 
+struct Bf16Problem {
+  int64_t batch, m, k, n;
+  bool trans_a, trans_b;
+  int threads;
+  ember::cpu::Bf16GemmPath path;
+};
+
+// An operand of logical shape [rows, cols] (batched when batch > 1), stored transposed when asked.
+ember::Tensor bf16_operand(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+  const ember::Shape stored = transposed ? ember::Shape{cols, rows} : ember::Shape{rows, cols};
+  ember::Shape shape = stored;
+  if (batch > 1) shape.insert(shape.begin(), batch);
+  const ember::Tensor t = ember::randn(shape).to(ember::DType::bf16);
+  return transposed ? t.transpose(-1, -2) : t;
+}
+
+void ember_bf16_path(benchmark::State& state, Bf16Problem p) {
+  using namespace ember;
+  if (!cpu::bf16_gemm_path_available(p.path)) {
+    state.SkipWithError("this CPU cannot run the path");
+    return;
+  }
+  set_num_threads(p.threads);
+  cpu::set_bf16_gemm_path(p.path);
+  std::string label = cpu::bf16_gemm_path_name(p.path);
+  if (p.path == cpu::Bf16GemmPath::OneDnn) {
+    label += '(';
+    label += cpu::onednn_cpu_isa_name();
+    label += ')';
+  }
+  label += " MxKxN=" + std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n);
+  if (p.batch > 1) label += " batch=" + std::to_string(p.batch);
+  label += " threads=" + std::to_string(p.threads);
+  state.SetLabel(label);
+  const Tensor a = bf16_operand(p.batch, p.m, p.k, p.trans_a), b = bf16_operand(p.batch, p.k, p.n, p.trans_b);
+  for (auto _ : state) {
+    Tensor c = p.batch > 1 ? bmm(a, b) : matmul(a, b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  cpu::set_bf16_gemm_path(std::nullopt);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(p.batch) * double(p.m) * double(p.k) * double(p.n) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void eigen_gemm(benchmark::State& state, Problem p) {
   prepare(state, p);
   const RowMatrix a = eigen_copy(ember::randn({p.m, p.k})), b = eigen_copy(ember::randn({p.k, p.n}));
@@ -117,6 +176,30 @@ void eigen_gemm_bT(benchmark::State& state, Problem p) {
   count_flops(state, p);
 }
 
+void register_bf16_paths() {
+  using ember::cpu::Bf16GemmPath;
+  struct Shape {
+    const char* name;
+    int64_t batch, m, k, n;
+    bool trans_a, trans_b;
+  };
+  const Shape shapes[] = {{"fc1", 1, 2048, 256, 1024, false, true},
+                          {"fc2", 1, 2048, 1024, 256, false, true},
+                          {"dW", 1, 256, 2048, 1024, true, false},
+                          {"attn", 64, 128, 128, 64, false, false},
+                          {"square", 1, 1024, 1024, 1024, false, false}};
+  for (int threads : {1, 2})
+    for (const Shape& s : shapes)
+      for (Bf16GemmPath path : {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Widened}) {
+        const Bf16Problem p{s.batch, s.m, s.k, s.n, s.trans_a, s.trans_b, threads, path};
+        std::string name = std::string("bf16_") + ember::cpu::bf16_gemm_path_name(path) + "/" + s.name;
+        name += threads == 1 ? "/1thread" : "/2threads";
+        benchmark::RegisterBenchmark(name.c_str(), ember_bf16_path, p)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+}
+
 void register_all() {
   const std::array<std::array<int64_t, 3>, 4> shapes = {
       {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 256, 768}}};
@@ -135,6 +218,7 @@ void register_all() {
                                 std::pair{"ember_matmul_bT_bf16", &ember_matmul_bT_bf16}})
           benchmark::RegisterBenchmark((std::string(name) + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
+  register_bf16_paths();
 }
 
 }  // namespace

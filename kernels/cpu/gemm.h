@@ -13,9 +13,11 @@
 // parallel_for body it runs on the calling thread alone.
 //
 // bf16: A and B in bfloat16, products accumulated in f32, C in bf16 or f32 (alpha and beta are
-// f32; a bf16 C is rounded once, after beta * C is added). oneDNN's bf16 matmul (AMX kernels)
-// runs each band when the CPU has AMX and EMBER_CPU_CAPABILITY allows AVX-512; otherwise, and
-// for tiny products, the operands are widened to f32 and go through the f32 GEMM.
+// f32; a bf16 C is rounded once, after beta * C is added). Three paths (gemm_bf16.h): oneDNN's
+// bf16 matmul (AMX kernels) when the CPU has AMX and EMBER_CPU_CAPABILITY allows AVX-512;
+// Ember's own AVX512-BF16 (vdpbf16ps) kernel for tiny products, and on CPUs without AMX whose
+// cores run vdpbf16ps at least as fast as f32 FMAs; otherwise the operands are widened to f32
+// and go through the f32 GEMM. EMBER_BF16_GEMM=onednn|avx512bf16|widened forces one.
 #pragma once
 #include <cstdint>
 

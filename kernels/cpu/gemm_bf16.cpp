@@ -1,26 +1,62 @@
-// bf16 GEMM (see gemm.h): C = alpha * op(A) * op(B) + beta * C with bfloat16 A and B, products
-// accumulated in f32, C in bf16 or f32.
+// bf16 GEMM (see gemm.h and gemm_bf16.h): C = alpha * op(A) * op(B) + beta * C with bfloat16
+// A and B, products accumulated in f32, C in bf16 or f32. Three paths:
 //
-// Native path (CPUs with AMX): oneDNN's matmul primitive with bf16 source and weights, run
-// band by band on Ember's pool threads like the f32 GEMM. A primitive is specialised to one shape, layout and
+// onednn: oneDNN's matmul primitive with bf16 source and weights, run band by band on Ember's
+// pool threads like the f32 GEMM. A primitive is specialised to one shape, layout and
 // alpha/beta, and creating one costs far more than running a small product, so primitives live
 // in a small LRU cache shared by every thread. oneDNN threads with OpenMP; Ember already splits
 // the work, so each call runs with OpenMP capped at one thread on the calling thread.
 //
-// Widened path: the operands are converted to f32 and multiplied by the f32 GEMM. It serves
-// CPUs without AMX (where it is as fast or faster, see native_bf16_enabled),
-// EMBER_CPU_CAPABILITY=avx2, products too small to repay a primitive, and cases for which
-// oneDNN offers only its reference kernel.
+// avx512bf16: Ember's blocked vdpbf16ps kernel (gemm_bf16_avx512.cpp), band by band.
+//
+// widened: the operands are converted to f32 and multiplied by the f32 GEMM.
+//
+// Measured with bench_matmul's bf16_* rows (GFLOP/s, median of 5 to 10 alternating runs; the
+// machine is shared, so single runs vary by up to 30%) on an Intel Xeon with AVX512-BF16 and
+// AMX, 2 cores, oneDNN 2.6.3. "onednn, no AMX" ran with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16, which
+// stands in for a CPU with AVX512-BF16 but no AMX:
+//
+//   shape MxKxN                          threads  avx512bf16  onednn, no AMX  widened  onednn AMX
+//   fc1     2048x256x1024   x @ W^T         1          89           97           117        857
+//   fc2     2048x1024x256   x @ W^T         1          92           93           113        879
+//   dW      256x2048x1024   dY^T @ X        1          81           89           107        505
+//   attn    64 x 128x128x64 bmm             1          85           66            86        237
+//   square  1024x1024x1024                  1          91           94           128        680
+//   fc1                                     2         178          189           182        964
+//   fc2                                     2         183          184           198       1517
+//   dW                                      2         162          173           186       1076
+//   attn                                    2         162          108           157        344
+//   square                                  2         175          179           213       1391
+//   n^3, n = 16 / 24 / 32 (direct calls)    1     31 / 53 / 80      -     15 / 26 / 50         -
+//
+// On this CPU vdpbf16ps issues once every two cycles against two f32 FMAs per cycle, so it
+// delivers half the FMA flops (bf16_dot_product_speedup() = 0.5, where a core that issues it as
+// often as an FMA gives 2). Both vdpbf16ps kernels stop near that ceiling, about 110 GFLOP/s per
+// core at 3.4 GHz (Ember's register tile alone reaches 97% of it, whole products 75-90%), below
+// the 50-65% of the FMA peak that the f32 GEMM behind the widened path reaches. Ember's kernel
+// is within 10% of oneDNN's AVX512-BF16 kernel on the linear shapes, 1.3-1.5x faster on the
+// batched attention shape, and 2x faster than the widened path on small products.
+//
+// Dispatch (automatic_path; EMBER_BF16_GEMM overrides it):
+//   AMX: onednn, 4-8x faster than anything else. Products under kMinPrimitiveWork run on
+//     avx512bf16; odd k (see native_kernel_safe) on the faster of avx512bf16 and widened.
+//   AVX512-BF16 without AMX: avx512bf16 where bf16_dot_product_speedup() >= 1, i.e. on cores
+//     that issue vdpbf16ps about as often as an FMA; elsewhere widened, the winner measured here
+//     on all but the attention shape, where it ties with Ember's kernel. oneDNN's AVX512-BF16
+//     kernel is not chosen: never clearly ahead of Ember's, and far behind on attention.
+//   AVX-512 without bf16, and EMBER_CPU_CAPABILITY=avx2: widened.
 #include <dnnl.hpp>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -31,14 +67,17 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemm_bands.h"
 
 namespace ember::cpu {
 namespace {
 
-// Below this many multiply-adds the widened path is faster: running a cached primitive costs
-// about 2.5 us (measured: 32^3 takes 2.5 us native against 1.6 us widened, 48^3 3.2 against
-// 3.4), and creating one for a shape seen once costs far more.
+// Below this many multiply-adds a primitive does not pay: running a cached one costs about
+// 2.5 us (measured: 32^3 takes 2.5 us on oneDNN against 0.8 us on Ember's AVX512-BF16 kernel
+// and 1.6 us widened; 48^3 3.2 us against 2.9 and 3.4), and creating one for a shape seen once
+// costs far more.
 constexpr double kMinPrimitiveWork = 40.0 * 40.0 * 40.0;
 // Distinct (shape, layout, alpha, beta) combinations kept; a model uses a few dozen.
 constexpr size_t kCacheCapacity = 256;
@@ -241,21 +280,39 @@ void run_primitive(const CachedPrimitive& p, const BFloat16* a, const BFloat16* 
 // oneDNN 2.6.3's AMX bf16 matmul dies with SIGILL (a tile shape its kernel did not configure)
 // for some odd inner dimensions: k = 63 with m % 64 in [1, 16] and m > 64, and k % 32 == 31
 // past about 2300 (found by scanning a few thousand shapes in child processes; no even k
-// failed). Odd k, rare in models, takes the widened path.
+// failed). Odd k, rare in models, takes the fallback.
 bool native_kernel_safe(int64_t k) { return k % 2 == 0; }
 
-// Whether to use oneDNN's bf16 matmul: only with AVX-512 allowed and AMX present. Measured with
-// oneDNN 2.6 on one core at 1024^3 (DNNL_MAX_CPU_ISA capping the kernels): AMX 500-630 GFLOP/s;
-// AVX512-BF16 without AMX 83-88 and plain AVX-512 (bf16 emulated) 27, against 100-108 for the
-// f32 GEMM the widened path uses. At AVX2 oneDNN has no bf16 matmul at all.
-bool native_bf16_enabled() {
-  return cpu_capability() == CpuCapability::Avx512 && cpu_features().amx_bf16;
+// Whether Ember's vdpbf16ps kernel beats the widened path on large products: where vdpbf16ps
+// delivers at least the flops of f32 FMAs. Measured here, whole products reach 75-90% of the
+// vdpbf16ps peak and the f32 GEMM 50-65% of the FMA peak, so the threshold leaves a margin.
+bool dot_product_kernel_wins() {
+  return bf16_gemm_path_available(Bf16GemmPath::Avx512Bf16) && bf16_dot_product_speedup() >= 1.0;
 }
 
-// One band, on the calling thread.
+// Where the oneDNN path sends what oneDNN should not run: small products to Ember's kernel
+// where the CPU has AVX512-BF16 (it beats the widened path there at any vdpbf16ps rate), larger
+// ones (odd k, or no optimised oneDNN kernel) to the faster of that kernel and the widened path.
+bool fallback_to_own_kernel(int64_t m, int64_t n, int64_t k) {
+  return double(m) * double(n) * double(k) < kMinPrimitiveWork
+             ? bf16_gemm_path_available(Bf16GemmPath::Avx512Bf16)
+             : dot_product_kernel_wins();
+}
+
+// Ember's kernel, one band per pool thread.
 template <typename Out>
-void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
-                 int64_t lda, const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
+void own_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
+              const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
+  gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+                [&](int64_t mb, int64_t nb, const BFloat16* ab, const BFloat16* bb, Out* cb) {
+                  gemm_bf16_avx512_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                });
+}
+
+// One band through oneDNN, on the calling thread.
+template <typename Out>
+void onednn_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                   int64_t lda, const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
   const PrimitiveKey key{m,       n,       k,
                          lda,     ldb,     ldc,
                          trans_a, trans_b, std::is_same_v<Out, float>,
@@ -268,7 +325,10 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                " ldb=", ldb, " ldc=", ldc, ": ", e.what());
   }
   if (!p->usable) {
-    widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (fallback_to_own_kernel(m, n, k))
+      gemm_bf16_avx512_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+      widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   try {
@@ -279,6 +339,32 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   }
 }
 
+// ---- path selection
+
+constexpr int kAutomatic = -1;
+
+Bf16GemmPath parse_path(const std::string& v) {
+  if (v == "onednn") return Bf16GemmPath::OneDnn;
+  if (v == "avx512bf16") return Bf16GemmPath::Avx512Bf16;
+  if (v == "widened") return Bf16GemmPath::Widened;
+  EMBER_FAIL("EMBER_BF16_GEMM: expected onednn, avx512bf16 or widened, got '", v, "'");
+}
+
+std::atomic<int>& forced_path() {
+  static std::atomic<int> forced{[] {
+    const char* env = std::getenv("EMBER_BF16_GEMM");
+    return env == nullptr || *env == '\0' ? kAutomatic : static_cast<int>(parse_path(env));
+  }()};
+  return forced;
+}
+
+// The measured choice (numbers at the top of this file).
+Bf16GemmPath automatic_path() {
+  if (cpu_capability() != CpuCapability::Avx512) return Bf16GemmPath::Widened;
+  if (cpu_features().amx_bf16) return Bf16GemmPath::OneDnn;
+  return dot_product_kernel_wins() ? Bf16GemmPath::Avx512Bf16 : Bf16GemmPath::Widened;
+}
+
 template <typename Out>
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                int64_t lda, const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
@@ -287,18 +373,81 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     scale_output(m, n, beta, c, ldc);
     return;
   }
-  const double work = double(m) * double(n) * double(k);
-  if (work < kMinPrimitiveWork || !native_kernel_safe(k) || !native_bf16_enabled()) {
-    widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
+  switch (bf16_gemm_path()) {
+    case Bf16GemmPath::Widened:
+      widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    case Bf16GemmPath::Avx512Bf16:
+      own_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    case Bf16GemmPath::OneDnn:
+      if (double(m) * double(n) * double(k) < kMinPrimitiveWork || !native_kernel_safe(k)) {
+        if (fallback_to_own_kernel(m, n, k))
+          own_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else
+          widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+      }
+      gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+                    [&](int64_t mb, int64_t nb, const BFloat16* ab, const BFloat16* bb, Out* cb) {
+                      onednn_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                    });
+      return;
   }
-  gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
-                [&](int64_t mb, int64_t nb, const BFloat16* ab, const BFloat16* bb, Out* cb) {
-                  gemm_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
-                });
 }
 
 }  // namespace
+
+const char* bf16_gemm_path_name(Bf16GemmPath path) {
+  switch (path) {
+    case Bf16GemmPath::OneDnn: return "onednn";
+    case Bf16GemmPath::Avx512Bf16: return "avx512bf16";
+    case Bf16GemmPath::Widened: return "widened";
+  }
+  return "unknown";
+}
+
+bool bf16_gemm_path_available(Bf16GemmPath path) {
+  switch (path) {
+    case Bf16GemmPath::OneDnn: return cpu_capability() == CpuCapability::Avx512;
+    case Bf16GemmPath::Avx512Bf16: return cpu_capability() == CpuCapability::Avx512 && cpu_features().avx512_bf16;
+    case Bf16GemmPath::Widened: return true;
+  }
+  return false;
+}
+
+Bf16GemmPath bf16_gemm_path() {
+  const int forced = forced_path().load(std::memory_order_relaxed);
+  if (forced == kAutomatic) return automatic_path();
+  const auto path = static_cast<Bf16GemmPath>(forced);
+  EMBER_CHECK(bf16_gemm_path_available(path), "gemm: the ", bf16_gemm_path_name(path),
+              " bf16 GEMM was forced (EMBER_BF16_GEMM or set_bf16_gemm_path) but this CPU at capability ",
+              cpu_capability_name(cpu_capability()), " cannot run it");
+  return path;
+}
+
+void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
+  if (path)
+    EMBER_CHECK(bf16_gemm_path_available(*path), "set_bf16_gemm_path: this CPU at capability ",
+                cpu_capability_name(cpu_capability()), " cannot run the ", bf16_gemm_path_name(*path), " bf16 GEMM");
+  forced_path().store(path ? static_cast<int>(*path) : kAutomatic, std::memory_order_relaxed);
+}
+
+std::string onednn_cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
           const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {

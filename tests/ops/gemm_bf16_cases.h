@@ -1,5 +1,6 @@
-// The bf16 GEMM checks, shared by test_gemm_bf16 (the CPU's best path) and
-// test_gemm_bf16_fallback (EMBER_CPU_CAPABILITY=avx2, set before the first GEMM).
+// The bf16 GEMM checks, shared by test_gemm_bf16 (the automatic path), test_gemm_bf16_fallback
+// (EMBER_CPU_CAPABILITY=avx2, set before the first GEMM) and test_gemm_bf16_{onednn,avx512bf16,
+// widened}, which force one path each with EMBER_BF16_GEMM (see force_path below).
 //
 // Tolerances, as in test_linalg: entry (i, j) is a k-term dot product accumulated in f32 and
 // rounded once to the output dtype, so it is checked against
@@ -7,14 +8,22 @@
 // with tol(bf16) = 1.6e-2 and tol(f32) = 1e-5 from the shared tolerance helper. Inputs are bf16
 // values, so the reference sees exactly the numbers the kernel multiplies.
 #pragma once
+// Each executable names its own suite (e.g. GemmBf16Widened), so test names stay unique in ctest.
+#ifndef GEMM_BF16_SUITE
+#define GEMM_BF16_SUITE GemmBf16
+#endif
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/reference/linalg.h"
 #include "test_util.h"
 
@@ -26,6 +35,28 @@ using ember::testing::random_tensor;
 using ember::testing::tolerance;
 using ember::testing::uniform_int;
 using reference::RefTensor;
+
+// Every test of an executable forced onto a path the CPU cannot run is skipped.
+class SkipEveryTest : public ::testing::Environment {
+ public:
+  explicit SkipEveryTest(std::string why) : why_(std::move(why)) {}
+  void SetUp() override { GTEST_SKIP() << why_; }
+
+ private:
+  std::string why_;
+};
+
+// Runs before main (call it from a namespace-scope initializer): sets EMBER_BF16_GEMM, read at
+// the first bf16 GEMM, so that every check below runs on `path`; where the CPU cannot run the
+// path, the variable stays unset and every test is skipped. Returns whether it forced the path.
+inline bool force_path(cpu::Bf16GemmPath path) {
+  if (!cpu::bf16_gemm_path_available(path)) {
+    ::testing::AddGlobalTestEnvironment(new SkipEveryTest(std::string("this CPU cannot run the ") +
+                                                          cpu::bf16_gemm_path_name(path) + " bf16 GEMM"));
+    return false;
+  }
+  return setenv("EMBER_BF16_GEMM", cpu::bf16_gemm_path_name(path), 1) == 0;
+}
 
 inline RefTensor ref_abs(RefTensor r) {
   for (auto& v : r.data) v = std::abs(v);
@@ -152,7 +183,7 @@ inline Tensor maybe_transposed(const Shape& shape, bool transposed) {
 
 // ---- cpu::gemm on bf16 operands
 
-TEST(GemmBf16, SmallAndDegenerateShapesMatchReference) {
+TEST(GEMM_BF16_SUITE, SmallAndDegenerateShapesMatchReference) {
   using namespace gemm_bf16_cases;
   for (int trial = 0; trial < 300; ++trial) {
     const GemmCase g = random_case(9, /*allow_zero=*/trial % 3 == 0);
@@ -160,7 +191,7 @@ TEST(GemmBf16, SmallAndDegenerateShapesMatchReference) {
   }
 }
 
-TEST(GemmBf16, GemmSizedShapesMatchReferenceAtOneAndTwoThreads) {
+TEST(GEMM_BF16_SUITE, GemmSizedShapesMatchReferenceAtOneAndTwoThreads) {
   using namespace gemm_bf16_cases;
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
@@ -174,7 +205,7 @@ TEST(GemmBf16, GemmSizedShapesMatchReferenceAtOneAndTwoThreads) {
   }
 }
 
-TEST(GemmBf16, BandsSplitByRowsAndByColumnsMatchReference) {
+TEST(GEMM_BF16_SUITE, BandsSplitByRowsAndByColumnsMatchReference) {
   using namespace gemm_bf16_cases;
   ThreadCount tc(2);
   for (bool trans_a : {false, true})
@@ -197,7 +228,7 @@ TEST(GemmBf16, BandsSplitByRowsAndByColumnsMatchReference) {
 }
 
 // Large enough for the blocked kernels' full tiles and remainders in every dimension.
-TEST(GemmBf16, LargeProductsMatchReference) {
+TEST(GEMM_BF16_SUITE, LargeProductsMatchReference) {
   using namespace gemm_bf16_cases;
   ThreadCount tc(2);
   for (bool trans_b : {false, true}) {
@@ -213,9 +244,53 @@ TEST(GemmBf16, LargeProductsMatchReference) {
   }
 }
 
+// Inner dimensions past the blocked kernel's chunk length (512): several chunks accumulated in
+// f32 (in a staging block for a bf16 C, rounded once), the last chunk odd for odd k.
+TEST(GEMM_BF16_SUITE, LongInnerDimensionsMatchReference) {
+  using namespace gemm_bf16_cases;
+  for (int trial = 0; trial < 8; ++trial) {
+    GemmCase g = random_case(1, false);
+    g.m = uniform_int(20, 45);
+    g.n = uniform_int(20, 70);
+    g.k = trial % 2 == 0 ? 1101 : uniform_int(513, 1600);
+    g.beta = trial % 4 < 2 ? 0.0f : -0.75f;
+    g.out = trial % 3 == 0 ? DType::f32 : DType::bf16;
+    EXPECT_TRUE(gemm_matches_reference(g)) << g.describe();
+  }
+}
+
+// The blocked kernel sizes its row and column blocks from k (about 380 rows by 740 columns at
+// k = 1030, 250 by 510 at k = 512): products spanning two or more blocks each way, with and
+// without inner-dimension chunks, on one thread so that one band does.
+TEST(GEMM_BF16_SUITE, ProductsSpanningSeveralBlocksMatchReference) {
+  using namespace gemm_bf16_cases;
+  ThreadCount tc(1);
+  struct Shape3 {
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    DType out;
+  };
+  for (const Shape3& s : {Shape3{400, 20, 1030, false, true, DType::bf16},
+                          Shape3{21, 750, 1030, true, false, DType::bf16},
+                          Shape3{260, 20, 512, true, true, DType::f32},
+                          Shape3{20, 530, 512, false, false, DType::f32}}) {
+    GemmCase g;
+    g.m = s.m;
+    g.n = s.n;
+    g.k = s.k;
+    g.trans_a = s.trans_a;
+    g.trans_b = s.trans_b;
+    g.out = s.out;
+    g.pad_a = 2;
+    g.pad_b = 1;
+    g.beta = 0.5f;
+    EXPECT_TRUE(gemm_matches_reference(g)) << g.describe();
+  }
+}
+
 // Shapes on which oneDNN 2.6.3's AMX kernel executes an illegal instruction; they must still
 // give correct results.
-TEST(GemmBf16, InnerDimensionsOneDnnMishandlesAreCorrect) {
+TEST(GEMM_BF16_SUITE, InnerDimensionsOneDnnMishandlesAreCorrect) {
   using namespace gemm_bf16_cases;
   for (auto [m, k] : {std::pair<int64_t, int64_t>{200, 63}, {70, 63}, {70, 2303}}) {
     GemmCase g;
@@ -226,7 +301,7 @@ TEST(GemmBf16, InnerDimensionsOneDnnMishandlesAreCorrect) {
   }
 }
 
-TEST(GemmBf16, AlphaAndBetaFollowBlasSemantics) {
+TEST(GEMM_BF16_SUITE, AlphaAndBetaFollowBlasSemantics) {
   using namespace gemm_bf16_cases;
   for (DType out : {DType::bf16, DType::f32})
     for (int64_t size : {5, 40})
@@ -243,7 +318,7 @@ TEST(GemmBf16, AlphaAndBetaFollowBlasSemantics) {
         }
 }
 
-TEST(GemmBf16, EmptyInnerDimensionScalesC) {
+TEST(GEMM_BF16_SUITE, EmptyInnerDimensionScalesC) {
   using namespace ember;
   for (float beta : {0.0f, 2.0f}) {
     Tensor c = from_vector<float>({1, -2, 3, 4, 5, 6}, {2, 3});
@@ -256,7 +331,7 @@ TEST(GemmBf16, EmptyInnerDimensionScalesC) {
   }
 }
 
-TEST(GemmBf16, ManyDistinctShapesStayCorrect) {
+TEST(GEMM_BF16_SUITE, ManyDistinctShapesStayCorrect) {
   // More shapes than any cache of them holds; an early shape again after the rest.
   using namespace gemm_bf16_cases;
   for (int64_t m = 40; m < 40 + 300; ++m) {
@@ -281,7 +356,7 @@ TEST(GemmBf16, ManyDistinctShapesStayCorrect) {
   EXPECT_TRUE(gemm_matches_reference(first));
 }
 
-TEST(GemmBf16, ThreadCountDoesNotChangeResultsBeyondRounding) {
+TEST(GEMM_BF16_SUITE, ThreadCountDoesNotChangeResultsBeyondRounding) {
   using namespace gemm_bf16_cases;
   const Tensor a = random_tensor({4, 64, 200}, DType::bf16), b = random_tensor({200, 96}, DType::bf16);
   Tensor one, two;
@@ -299,7 +374,7 @@ TEST(GemmBf16, ThreadCountDoesNotChangeResultsBeyondRounding) {
 
 // ---- matmul, bmm and linear on bf16 tensors
 
-TEST(GemmBf16, MatmulOfBf16TensorsMatchesReference) {
+TEST(GEMM_BF16_SUITE, MatmulOfBf16TensorsMatchesReference) {
   using namespace gemm_bf16_cases;
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
@@ -332,7 +407,7 @@ TEST(GemmBf16, MatmulOfBf16TensorsMatchesReference) {
   }
 }
 
-TEST(GemmBf16, LinearOfBf16TensorsMatchesReference) {
+TEST(GEMM_BF16_SUITE, LinearOfBf16TensorsMatchesReference) {
   using namespace gemm_bf16_cases;
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
@@ -356,7 +431,7 @@ TEST(GemmBf16, LinearOfBf16TensorsMatchesReference) {
 }
 
 // The bf16 product reads its operands in place: the output is the only allocation.
-TEST(GemmBf16, LinearAllocatesOnlyItsOutput) {
+TEST(GEMM_BF16_SUITE, LinearAllocatesOnlyItsOutput) {
   using namespace gemm_bf16_cases;
   const Tensor x = random_tensor({3, 30, 40}, DType::bf16), w = random_tensor({48, 40}, DType::bf16);
   const Tensor bias = random_tensor({48}, DType::bf16);
