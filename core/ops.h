@@ -88,6 +88,40 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);  // i64 result
 
+// ---- fused: each equals the composition in its comment (for the same generator state the
+// dropout keeps the same elements), computed in one or two passes over memory instead of one
+// pass per op. The CPU runs dedicated kernels; other devices run the composition itself.
+
+// gelu(x + bias) with bias [C] added along the last dim of x [..., C]. Under autocast the bias
+// is cast as linear's is, so the result keeps x's lower-precision dtype; otherwise the dtypes
+// of x and bias promote.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_approx = false);
+// layer_norm(dropout(x + x_bias, dropout_p, training) + residual, normalized_shape, weight, bias, eps).
+// x_bias (shape normalized_shape) may be undefined; residual broadcasts to x. x and residual may
+// differ in dtype (say a bf16 sublayer output and an f32 residual stream): the sum is formed and
+// normalised in float, and the result has their promoted dtype, or f32 under autocast (the
+// policy of layer_norm).
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                      const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5,
+                      double dropout_p = 0.0, bool training = false, const Tensor& x_bias = Tensor());
+// dropout(softmax(x * scale + mask, -1), dropout_p, training), the attention-score softmax: mask
+// is additive (0 keeps, a large negative value drops), broadcasts to x, and may be undefined.
+// The result is f32 under autocast (the policy of softmax), else the promoted dtype of x and mask;
+// `dtype` asks for another one instead (the values are those of the default dtype, rounded once),
+// as torch.softmax(dtype=) does: the attention product that follows wants them in the autocast dtype.
+Tensor scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, double dropout_p = 0.0,
+                             bool training = false, std::optional<DType> dtype = std::nullopt);
+// Multi-head self-attention on one packed projection: qkv [B, L, 3E] holds [q | k | v] (what one
+// linear layer with the query, key and value weights stacked produces), E = num_heads * D, head h
+// taking columns h D .. h D + D - 1 of each third. The result [B, L, E] equals
+//   q, k, v = each third viewed as [B, L, num_heads, D], transposed to [B, num_heads, L, D];
+//   (dropout(softmax(q k^T / sqrt(D) + mask, -1), dropout_p, training) v).transpose(1, 2).reshape({B, L, E})
+// with mask broadcasting to [B, num_heads, L, L] (or undefined), but never materialises the
+// per-head copies, the scores or the probabilities. Under autocast the products run in the
+// autocast dtype, the softmax in f32, as in the composition.
+Tensor packed_self_attention(const Tensor& qkv, int64_t num_heads, const Tensor& mask = Tensor(),
+                             double dropout_p = 0.0, bool training = false);
+
 // ---- operators
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

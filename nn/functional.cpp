@@ -1,10 +1,9 @@
 #include "nn/functional.h"
 
-#include "core/autocast.h"
-
 #include <cmath>
 #include <limits>
 
+#include "core/autocast.h"
 #include "core/factory.h"
 
 namespace ember::nn::functional {
@@ -16,16 +15,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   EMBER_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "scaled_dot_product_attention: "
               "incompatible q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
   const double scale = 1.0 / std::sqrt(double(q.size(-1)));
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
-  if (mask.defined()) scores = scores + mask.to(scores.dtype());
+  // The GEMM reads k transposed in place; scale, mask, softmax and dropout are one pass.
+  Tensor scores = matmul(q, k.transpose(-2, -1));
+  Tensor additive = mask;
   if (causal) {
     const int64_t lq = q.size(-2), lk = k.size(-2);
-    Tensor i = arange(lq).view({lq, 1});
-    Tensor j = arange(lk).view({1, lk});
-    scores = masked_fill(scores, gt(j, i), -std::numeric_limits<double>::infinity());
+    Tensor i = arange(lq, {DType::i64, q.device()}).view({lq, 1});
+    Tensor j = arange(lk, {DType::i64, q.device()}).view({1, lk});
+    Tensor future = masked_fill(zeros({lq, lk}, {DType::f32, q.device()}), gt(j, i),
+                                -std::numeric_limits<double>::infinity());
+    additive = additive.defined() ? additive + future : future;
   }
-  Tensor probs = softmax(scores, -1);
-  if (dropout_p > 0.0 && training) probs = dropout(probs, dropout_p, true);
+  // The probabilities in the scores' dtype, the one the product with v takes (under autocast
+  // it would cast them down from the softmax's f32 anyway).
+  Tensor probs = scaled_masked_softmax(scores, additive, scale, dropout_p, training, scores.dtype());
   return matmul(probs, v);
 }
 

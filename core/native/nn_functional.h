@@ -25,7 +25,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_embeddings, int64_t padding_row);
 
 // ---- dropout
-// Element i (logical order) keeps when the Philox uniform of counter state.offset + i is >= p:
+// Element i (logical order) keeps when the Philox uniform of word i % 4 of counter
+// state.offset + i / 4 is >= p (each counter's block feeds four elements):
 // mask[i] = keep, out[i] = x[i] * (keep ? scale : 0) (a product, so NaN/inf stay visible, as in
 // PyTorch). x, out contiguous; mask bool.
 EMBER_DECLARE_STUB(dropout_stub, void (*)(const Tensor& out, const Tensor& mask, const Tensor& x, double p,

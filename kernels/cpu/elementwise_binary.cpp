@@ -1,12 +1,15 @@
 // CPU kernels of the two-operand elementwise ops: arithmetic, comparisons, where, masked_fill.
 // Each row of the strided walk takes a contiguous path when it can (same-shape operands, or one
-// operand broadcast as a scalar) so the compiler vectorises it; half types compute in float.
+// operand broadcast as a scalar) so the compiler vectorises it; half types compute in float,
+// converted to and from it a block at a time.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "core/native/elementwise.h"
 #include "core/strided_loop.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/vec_half.h"
 
 namespace ember {
 namespace {
@@ -17,6 +20,28 @@ using native::CompareOp;
 template <typename T>
 constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
+// ---- half types: contiguous rows are converted to float a block at a time (8 lanes at once,
+// kernels/cpu/vec_half.h), combined by the same float loop as f32 data, and converted back.
+
+constexpr int64_t kHalfBlock = 256;
+
+// p as float values: p itself for float data, else converted into buf (n <= kHalfBlock).
+template <typename T>
+const acc_t<T>* acc_view(const T* p, int64_t n, float* buf) {
+  if constexpr (is_half_v<T>) {
+    cpu::vec8::convert_row(buf, p, n);
+    return buf;
+  } else {
+    return p;
+  }
+}
+
+// o[i] = Out(r[i]) for a block computed in float (a no-op copy-back for non-half outputs).
+template <typename Out, typename R>
+void store_block(Out* o, const R* r, int64_t n) {
+  if constexpr (is_half_v<Out>) cpu::vec8::convert_row(o, r, n);
+}
+
 // out[i] = f(a[i], b[i]) over out's shape; f receives values converted to acc_t.
 template <typename Out, typename A, typename B, typename F>
 void zip_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
@@ -26,6 +51,32 @@ void zip_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const F& f)
     const A* x = reinterpret_cast<const A*>(p[1]);
     const B* y = reinterpret_cast<const B*>(p[2]);
     constexpr int64_t so = sizeof(Out), sa = sizeof(A), sb = sizeof(B);
+    if constexpr (is_half_v<Out> || is_half_v<A> || is_half_v<B>) {
+      if (s[0] == so && s[1] == sa && (s[2] == sb || s[2] == 0)) {
+        const bool b_scalar = s[2] == 0;
+        const acc_t<B> yv = acc_t<B>(*y);
+        float xb[kHalfBlock], yb[kHalfBlock], ob[kHalfBlock];
+        for (int64_t c = 0; c < n; c += kHalfBlock) {
+          const int64_t len = std::min(kHalfBlock, n - c);
+          const acc_t<A>* xs = acc_view(x + c, len, xb);
+          if constexpr (is_half_v<Out>) {
+            if (b_scalar) {
+              for (int64_t i = 0; i < len; ++i) ob[i] = float(f(xs[i], yv));
+            } else {
+              const acc_t<B>* ys = acc_view(y + c, len, yb);
+              for (int64_t i = 0; i < len; ++i) ob[i] = float(f(xs[i], ys[i]));
+            }
+            store_block(o + c, ob, len);
+          } else if (b_scalar) {
+            for (int64_t i = 0; i < len; ++i) o[c + i] = Out(f(xs[i], yv));
+          } else {
+            const acc_t<B>* ys = acc_view(y + c, len, yb);
+            for (int64_t i = 0; i < len; ++i) o[c + i] = Out(f(xs[i], ys[i]));
+          }
+        }
+        return;
+      }
+    }
     if (s[0] == so && s[1] == sa && s[2] == sb) {
       for (int64_t i = 0; i < n; ++i) o[i] = Out(f(acc_t<A>(x[i]), acc_t<B>(y[i])));
     } else if (s[0] == so && s[1] == sa && s[2] == 0) {
@@ -51,6 +102,22 @@ void map_kernel(const Tensor& out, const Tensor& a, const F& f) {
   loop.run([&](char** p, const int64_t* s, int64_t n) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const A* x = reinterpret_cast<const A*>(p[1]);
+    if constexpr (is_half_v<Out> || is_half_v<A>) {
+      if (s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(A))) {
+        float xb[kHalfBlock], ob[kHalfBlock];
+        for (int64_t c = 0; c < n; c += kHalfBlock) {
+          const int64_t len = std::min(kHalfBlock, n - c);
+          const acc_t<A>* xs = acc_view(x + c, len, xb);
+          if constexpr (is_half_v<Out>) {
+            for (int64_t i = 0; i < len; ++i) ob[i] = float(f(xs[i]));
+            store_block(o + c, ob, len);
+          } else {
+            for (int64_t i = 0; i < len; ++i) o[c + i] = Out(f(xs[i]));
+          }
+        }
+        return;
+      }
+    }
     if (s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(A))) {
       for (int64_t i = 0; i < n; ++i) o[i] = Out(f(acc_t<A>(x[i])));
     } else {

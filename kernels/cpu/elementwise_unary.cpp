@@ -2,19 +2,26 @@
 // (grad_in = grad_out * f'(x)). Half types compute in float.
 //
 // float exp, tanh, sigmoid and gelu use the branch-free approximations below rather than libm
-// calls, so that GCC turns each loop into AVX2 code. That needs FP compares and conversions to be
+// calls, so that GCC turns each loop into AVX2 code; the exact gelu and its backward are written
+// with explicit 8-lane vectors (kernels/cpu/gelu_math.h) for f32, bf16 and f16 data, 16-lane
+// ones (kernels/cpu/gelu_avx512.h) for f32 and bf16 where the CPU has AVX-512. That needs FP compares and conversions to be
 // treated as non-trapping, which is safe because nothing reads the FP exception flags.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "core/cpu_features.h"
 #include "core/native/elementwise.h"
 #include "core/strided_loop.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/gelu_avx512.h"
+#include "kernels/cpu/gelu_math.h"
+#include "kernels/cpu/vec_half.h"
 
 // The approximations must inline into the loops to vectorise; GCC's size heuristics would
 // otherwise keep them out of line once they have many callers.
@@ -72,20 +79,6 @@ EMBER_VEC_INLINE float fast_tanh(float x) {
   return ax < 0.625f ? near0 : std::copysign(far, x);
 }
 
-// Standard normal CDF from erfc(|x|/sqrt2) ~ t P(t) e^(-x^2/2), t = 1/(1 + p|x|/sqrt2)
-// (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
-EMBER_VEC_INLINE float fast_normal_cdf(float x) {
-  const float z = std::fabs(x) * 0.70710678118654752f;
-  const float t = 1.0f / (1.0f + 0.3275911f * z);
-  float p = 1.061405429f;
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const float q = p * t * fast_exp(-z * z);
-  return x >= 0.0f ? 1.0f - 0.5f * q : 0.5f * q;
-}
-
 template <typename A> EMBER_VEC_INLINE A exp_of(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_exp(x);
   else return std::exp(x);
@@ -94,8 +87,10 @@ template <typename A> EMBER_VEC_INLINE A tanh_of(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_tanh(x);
   else return std::tanh(x);
 }
+// float: the lane formula of kernels/cpu/gelu_math.h on one lane, so the strided paths round
+// exactly as the vector ones.
 template <typename A> EMBER_VEC_INLINE A normal_cdf(A x) {
-  if constexpr (std::is_same_v<A, float>) return fast_normal_cdf(x);
+  if constexpr (std::is_same_v<A, float>) return cpu::vec8::normal_cdf_pdf(cpu::vec8::f8{} + x).cdf[0];
   else return A(0.5) * std::erfc(-x * kSqrtHalf<A>);
 }
 
@@ -212,6 +207,70 @@ void backward_kernel(const Tensor& gi, const Tensor& go, const Tensor& saved, ac
   });
 }
 
+// ---- exact gelu on float lanes (f32, bf16 and f16 data)
+
+template <typename T>
+constexpr bool is_lane_type_v = std::is_same_v<T, float> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+
+// Strided rows go through a small float buffer, 8 elements at a time.
+template <typename T>
+void gelu_forward_kernel(const Tensor& out, const Tensor& x) {
+  using namespace cpu::vec8;
+  const bool avx512 = cpu_capability() == CpuCapability::Avx512;
+  StridedLoop loop(out.shape(), {out, x});
+  loop.run([&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* v = reinterpret_cast<const T*>(p[1]);
+      if constexpr (!std::is_same_v<T, Half>) {
+        if (avx512) return cpu::gelu_forward_row_avx512(o, v, nullptr, n, false);
+      }
+      int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes) store8(o + i, gelu8(load8(v + i)));
+      if (i < n) store_part(o + i, gelu8(load_part(v + i, n - i, 0.0f)), n - i);
+      return;
+    }
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const int64_t len = std::min<int64_t>(kLanes, n - i);
+      float buf[kLanes] = {};
+      for (int64_t k = 0; k < len; ++k) buf[k] = float(*reinterpret_cast<const T*>(p[1] + (i + k) * s[1]));
+      const f8 y = gelu8(load8(buf));
+      for (int64_t k = 0; k < len; ++k) *reinterpret_cast<T*>(p[0] + (i + k) * s[0]) = T(y[k]);
+    }
+  });
+}
+
+template <typename T>
+void gelu_backward_kernel(const Tensor& gi, const Tensor& go, const Tensor& x) {
+  using namespace cpu::vec8;
+  const bool avx512 = cpu_capability() == CpuCapability::Avx512;
+  StridedLoop loop(gi.shape(), {gi, go, x});
+  loop.run([&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* v = reinterpret_cast<const T*>(p[2]);
+      if constexpr (!std::is_same_v<T, Half>) {
+        if (avx512) return cpu::gelu_backward_row_avx512(o, g, v, nullptr, n, false);
+      }
+      int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes) store8(o + i, load8(g + i) * gelu_grad8(load8(v + i)));
+      if (i < n) store_part(o + i, load_part(g + i, n - i, 0.0f) * gelu_grad8(load_part(v + i, n - i, 0.0f)), n - i);
+      return;
+    }
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const int64_t len = std::min<int64_t>(kLanes, n - i);
+      float gb[kLanes] = {}, xb[kLanes] = {};
+      for (int64_t k = 0; k < len; ++k) {
+        gb[k] = float(*reinterpret_cast<const T*>(p[1] + (i + k) * s[1]));
+        xb[k] = float(*reinterpret_cast<const T*>(p[2] + (i + k) * s[2]));
+      }
+      const f8 d = load8(gb) * gelu_grad8(load8(xb));
+      for (int64_t k = 0; k < len; ++k) *reinterpret_cast<T*>(p[0] + (i + k) * s[0]) = T(d[k]);
+    }
+  });
+}
+
 // The element function of `op` for these parameters.
 Fn select_fn(UnaryOp op, UnaryParams p) {
   switch (op) {
@@ -265,6 +324,9 @@ void unary_cpu(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
       EMBER_FAIL(native::op_name(op), ": not supported for bool tensors");
     } else {
       using A = acc_t<T>;
+      if constexpr (is_lane_type_v<T>) {
+        if (op == UnaryOp::Gelu) return gelu_forward_kernel<T>(out, x);
+      }
       with_fn(select_fn(op, p), [&](auto f) { forward_kernel<T, decltype(f)::value>(out, x, A(p.a), A(p.b)); });
     }
   });
@@ -275,6 +337,9 @@ void unary_backward_cpu(UnaryOp op, const Tensor& grad_in, const Tensor& grad_ou
   visit_floating(grad_in.dtype(), native::op_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
+    if constexpr (is_lane_type_v<T>) {
+      if (op == UnaryOp::Gelu) return gelu_backward_kernel<T>(grad_in, grad_out, saved);
+    }
     with_fn(select_fn(op, p), [&](auto f) {
       backward_kernel<T, decltype(f)::value>(grad_in, grad_out, saved, A(p.a), A(p.b));
     });

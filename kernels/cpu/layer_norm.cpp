@@ -1,18 +1,22 @@
 // CPU layer norm over contiguous rows, forward and backward.
 //
-// Forward: one pass per row gathers the sum and the sum of squares (in double, shifted by
-// the row's first element so a large mean does not cancel the variance away), then one
-// pass writes y = (x - mean) * rstd * w + b in acc_t<T>.
+// f32, bf16 and f16 rows are computed in float by the 8-lane row functions of
+// kernels/cpu/layer_norm_rows.h (half rows widened into a per-thread buffer first); f64 rows in
+// double, with the statistics gathered in one pass shifted by the row's first element.
 // Backward: rows are cut into fixed chunks; each chunk writes dx for its rows and its own
 // partial sums for dweight and dbias, which are then added in chunk order, so the results
 // do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/layer_norm_rows.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec_half.h"
 
 namespace ember {
 namespace {
@@ -20,9 +24,44 @@ namespace {
 constexpr int64_t kRowsPerChunk = 32;
 
 template <typename T>
+constexpr bool is_lane_type_v = std::is_same_v<T, float> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+
+// f32 / bf16 / f16 rows, computed in float.
+template <typename T>
+void layer_norm_forward_lanes(T* y, float* mean_out, float* rstd_out, const T* x, const float* w, const float* b,
+                              int64_t rows, int64_t cols, double eps) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / cols);
+  parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
+    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : size_t(cols));
+    for (int64_t r = rb; r < re; ++r) {
+      const float* xr;
+      if constexpr (std::is_same_v<T, float>) {
+        xr = x + r * cols;
+      } else {
+        cpu::vec8::convert_row(in_buf.data(), x + r * cols, cols);
+        xr = in_buf.data();
+      }
+      const cpu::RowStats st = cpu::layer_norm_row_stats(xr, cols, eps);
+      mean_out[r] = st.mean;
+      rstd_out[r] = st.rstd;
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::layer_norm_apply_row(y + r * cols, xr, cols, st, w, b);
+      } else {
+        cpu::layer_norm_apply_row(in_buf.data(), xr, cols, st, w, b);
+        cpu::vec8::convert_row(y + r * cols, in_buf.data(), cols);
+      }
+    }
+  });
+}
+
+template <typename T>
 void layer_norm_forward(T* y, acc_t<T>* mean_out, acc_t<T>* rstd_out, const T* x, const acc_t<T>* w,
                         const acc_t<T>* b, int64_t rows, int64_t cols, double eps) {
   using A = acc_t<T>;
+  if constexpr (is_lane_type_v<T>) {
+    layer_norm_forward_lanes(y, mean_out, rstd_out, x, w, b, rows, cols, eps);
+    return;
+  }
   const int64_t grain = std::max<int64_t>(1, 16384 / cols);
   parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
@@ -93,7 +132,7 @@ double lane_sum(const A* p, int64_t n) {
 template <typename A>
 struct RowBuffers {
   explicit RowBuffers(int64_t cols)
-      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols)),
+      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(2 * cols)), gw(static_cast<size_t>(cols)),
         gw_xhat(static_cast<size_t>(cols)) {}
   std::vector<A> g, xhat, gw, gw_xhat;
 };
@@ -106,6 +145,31 @@ void layer_norm_backward_rows(T* dx, double* dw_part, double* db_part, const T* 
                               const acc_t<T>* mean, const acc_t<T>* rstd, const acc_t<T>* w, int64_t r0,
                               int64_t r1, int64_t cols, RowBuffers<acc_t<T>>& buf) {
   using A = acc_t<T>;
+  if constexpr (is_lane_type_v<T>) {
+    // float rows: half data widened into buf.g (gradient) and buf.gw (input)
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gr;
+      const float* xr;
+      if constexpr (std::is_same_v<T, float>) {
+        gr = g + r * cols;
+        xr = x + r * cols;
+      } else {
+        cpu::vec8::convert_row(buf.g.data(), g + r * cols, cols);
+        cpu::vec8::convert_row(buf.gw.data(), x + r * cols, cols);
+        gr = buf.g.data();
+        xr = buf.gw.data();
+      }
+      float* dh = buf.gw_xhat.data();  // scratch when dx is not wanted or not float
+      if constexpr (std::is_same_v<T, float>) {
+        if (dx) dh = dx + r * cols;
+      }
+      cpu::layer_norm_backward_row(dh, gr, xr, cols, {mean[r], rstd[r]}, w, dw_part, db_part, buf.xhat.data());
+      if constexpr (!std::is_same_v<T, float>) {
+        if (dx) cpu::vec8::convert_row(dx + r * cols, dh, cols);
+      }
+    }
+    return;
+  }
   const double inv_cols = 1.0 / double(cols);
   A* gb = buf.g.data();
   A* xh = buf.xhat.data();
@@ -142,27 +206,29 @@ void layer_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tens
     using A = acc_t<T>;
     const int64_t nchunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     const bool want_dw = dweight.defined(), want_db = dbias.defined();
-    // per-chunk partial sums, [nchunks, cols] each
-    std::vector<double> dw_part(want_dw ? size_t(nchunks * cols) : 0);
-    std::vector<double> db_part(want_db ? size_t(nchunks * cols) : 0);
+    // per-chunk partial sums, [nchunks, cols] each, in this thread's scratch (kept across calls)
+    double* dw_part = want_dw ? cpu::thread_scratch<double>(0, size_t(nchunks * cols)) : nullptr;
+    double* db_part = want_db ? cpu::thread_scratch<double>(1, size_t(nchunks * cols)) : nullptr;
+    if (dw_part) std::fill(dw_part, dw_part + nchunks * cols, 0.0);
+    if (db_part) std::fill(db_part, db_part + nchunks * cols, 0.0);
     T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
     const A* wp = weight.defined() ? weight.data_ptr<A>() : nullptr;
     parallel_for(0, nchunks, 1, [&](int64_t cb, int64_t ce) {
       RowBuffers<A> buf(cols);
       for (int64_t c = cb; c < ce; ++c) {
-        layer_norm_backward_rows<T>(dxp, want_dw ? dw_part.data() + c * cols : nullptr,
-                                    want_db ? db_part.data() + c * cols : nullptr, grad.data_ptr<T>(),
+        layer_norm_backward_rows<T>(dxp, want_dw ? dw_part + c * cols : nullptr,
+                                    want_db ? db_part + c * cols : nullptr, grad.data_ptr<T>(),
                                     x.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), wp,
                                     c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), cols, buf);
       }
     });
     // add the partials column by column, chunks in order
-    auto finish = [&](const std::vector<double>& part, const Tensor& out) {
+    auto finish = [&](const double* part, const Tensor& out) {
       A* o = out.data_ptr<A>();
       parallel_for(0, cols, 256, [&](int64_t jb, int64_t je) {
-        std::vector<double> acc(part.begin() + jb, part.begin() + je);
+        std::vector<double> acc(part + jb, part + je);
         for (int64_t c = 1; c < nchunks; ++c) {
-          const double* p = part.data() + c * cols;
+          const double* p = part + c * cols;
           for (int64_t j = jb; j < je; ++j) acc[size_t(j - jb)] += p[j];
         }
         for (int64_t j = jb; j < je; ++j) o[j] = A(acc[size_t(j - jb)]);

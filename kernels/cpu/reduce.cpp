@@ -18,8 +18,9 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
-#include "kernels/cpu/vec8.h"
 #endif
+#include "kernels/cpu/vec8.h"
+#include "kernels/cpu/vec_half.h"
 
 namespace ember {
 namespace {
@@ -27,7 +28,9 @@ using native::ReduceGeometry;
 using native::ReduceKind;
 
 constexpr int64_t kRowChunk = 16384;  // elements of one row per partial result
-constexpr int64_t kColBlock = 128;    // columns per block of accumulators
+// Columns per block of accumulators: wide enough that each row contributes a few KiB of
+// consecutive memory (narrow blocks of a wide matrix touch a new page on every row).
+constexpr int64_t kColBlock = 1024;
 constexpr int64_t kColRows = 512;     // rows per partial result when columns are split
 constexpr int64_t kMinTasks = 64;     // below this many rows/blocks, long reductions are split
 constexpr int64_t kGrainElems = 32768;
@@ -58,9 +61,7 @@ inline void to_float(const Half* p, float* out, int64_t n) {
 #endif
   for (; i < n; ++i) out[i] = float(p[i]);
 }
-inline void to_float(const BFloat16* p, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = float(p[i]);
-}
+inline void to_float(const BFloat16* p, float* out, int64_t n) { cpu::vec8::convert_row(out, p, n); }
 template <typename T> constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // Folds fn(float block, length) over p in converted blocks.
@@ -112,13 +113,17 @@ void reduce_rows(int64_t rows, int64_t len, const Chunk& chunk, const Combine& c
 }
 
 // outer x len x inner, inner > 1. accumulate(buf, o, r0, r1, b0, width) sets buf[j] to the
-// reduction over rows [r0, r1) of column b0 + j; combine as above; store(o, b0, buf, width).
+// reduction over rows [r0, r1) of column b0 + j (width may be all of inner); combine as above;
+// store(o, b0, buf, width) with width <= kColBlock.
 template <typename Acc, typename Accumulate, typename Combine, typename Store>
 void reduce_columns(int64_t outer, int64_t len, int64_t inner, const Accumulate& accumulate,
                     const Combine& combine, const Store& store) {
   const int64_t nblocks = (inner + kColBlock - 1) / kColBlock;
   const int64_t tasks = outer * nblocks;
-  if (tasks >= kMinTasks || len <= 2 * kColRows) {
+  // Rows wider than a block are read whole, row after row, by the row-split path below: walking
+  // one block down many rows touches a new page per row and defeats the prefetchers.
+  const bool wide = inner > kColBlock;
+  if ((!wide && tasks >= kMinTasks) || len <= 2 * kColRows) {
     const int64_t grain = std::max<int64_t>(1, kGrainElems / (len * std::min(inner, kColBlock)));
     parallel_for(0, tasks, grain, [&](int64_t b, int64_t e) {
       Acc buf[kColBlock];
@@ -131,15 +136,18 @@ void reduce_columns(int64_t outer, int64_t len, int64_t inner, const Accumulate&
     });
     return;
   }
-  // Few columns, many rows: split the rows too, then combine the partials in order.
+  // Many rows: split the rows too (into fixed chunks), then combine the partials in order. Each
+  // task covers a block of columns, or whole rows when they are wide.
   const int64_t nchunks = (len + kColRows - 1) / kColRows;
   const int64_t plane = outer * inner;
+  const int64_t task_width = wide ? inner : kColBlock, task_blocks = wide ? 1 : nblocks;
+  const int64_t chunk_tasks = outer * task_blocks;
   std::unique_ptr<Acc[]> partial(new Acc[size_t(nchunks * plane)]);
-  parallel_for(0, nchunks * tasks, 1, [&](int64_t b, int64_t e) {
+  parallel_for(0, nchunks * chunk_tasks, 1, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const int64_t c = t / tasks, ob = t % tasks;
-      const int64_t o = ob / nblocks, b0 = (ob % nblocks) * kColBlock;
-      const int64_t width = std::min(kColBlock, inner - b0);
+      const int64_t c = t / chunk_tasks, ob = t % chunk_tasks;
+      const int64_t o = ob / task_blocks, b0 = (ob % task_blocks) * task_width;
+      const int64_t width = std::min(task_width, inner - b0);
       accumulate(partial.get() + c * plane + o * inner + b0, o, c * kColRows,
                  std::min(len, (c + 1) * kColRows), b0, width);
     }
@@ -218,7 +226,16 @@ void sum_kernel(const Tensor& out, const ReduceGeometry& g, bool mean) {
           std::fill(buf, buf + w, S(0));
           for (int64_t r = r0; r < r1; ++r) {
             const T* row = x + (oi * len + r) * inner + b0;
-            for (int64_t j = 0; j < w; ++j) buf[j] += S(acc_t<T>(row[j]));
+            if constexpr (is_half_v<T>) {
+              float wide[kConvertBlock];
+              for (int64_t j0 = 0; j0 < w; j0 += kConvertBlock) {
+                const int64_t n = std::min(kConvertBlock, w - j0);
+                to_float(row + j0, wide, n);
+                for (int64_t j = 0; j < n; ++j) buf[j0 + j] += S(wide[j]);
+              }
+            } else {
+              for (int64_t j = 0; j < w; ++j) buf[j] += S(acc_t<T>(row[j]));
+            }
           }
         },
         [](S a, S b) { return a + b; },

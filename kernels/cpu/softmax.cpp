@@ -19,6 +19,7 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/vec8.h"
+#include "kernels/cpu/vec_half.h"
 
 namespace ember {
 namespace {
@@ -154,6 +155,9 @@ template <typename A, typename T>
 const A* as_acc(const T* p, int64_t n, std::vector<A>& buf) {
   if constexpr (std::is_same_v<A, T>) {
     return p;
+  } else if constexpr (std::is_same_v<A, float>) {
+    cpu::vec8::convert_row(buf.data(), p, n);
+    return buf.data();
   } else {
     for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = A(p[i]);
     return buf.data();
@@ -175,7 +179,7 @@ void softmax_forward(T* out, const T* x, const SoftmaxGeometry& g, bool log) {
           softmax_row(yr, xr, len, log, scratch.data());
         } else {
           softmax_row(out_buf.data(), xr, len, log, scratch.data());
-          for (int64_t i = 0; i < len; ++i) yr[i] = T(out_buf[size_t(i)]);
+          cpu::vec8::convert_row(yr, out_buf.data(), len);
         }
       }
     });
@@ -223,7 +227,7 @@ void softmax_backward(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, 
           softmax_backward_row(dr, gr, yr, len, log);
         } else {
           softmax_backward_row(out_buf.data(), gr, yr, len, log);
-          for (int64_t i = 0; i < len; ++i) dr[i] = T(out_buf[size_t(i)]);
+          cpu::vec8::convert_row(dr, out_buf.data(), len);
         }
       }
     });

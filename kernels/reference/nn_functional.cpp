@@ -30,7 +30,9 @@ RefTensor embedding_backward(const RefTensor& grad, const RefTensor& indices, in
 RefTensor dropout_mask(const Shape& shape, double p, GeneratorState state) {
   RefTensor mask(shape);
   for (int64_t i = 0; i < mask.numel(); ++i) {
-    const double u = Philox::to_uniform(Philox::draw(state.seed, 0, state.offset + uint64_t(i))[0]);
+    // every Philox block feeds four elements, one word each
+    const auto words = Philox::draw(state.seed, 0, state.offset + uint64_t(i / 4));
+    const double u = Philox::to_uniform(words[size_t(i % 4)]);
     mask.data[size_t(i)] = u >= p ? 1.0 : 0.0;
   }
   return mask;

@@ -11,7 +11,8 @@ RefTensor embedding(const RefTensor& weight, const RefTensor& indices);
 RefTensor embedding_backward(const RefTensor& grad, const RefTensor& indices, int64_t num_embeddings,
                              int64_t padding_idx);
 
-// 1 where element i (row-major) survives: the Philox uniform of counter state.offset + i is >= p.
+// 1 where element i (row-major) survives: the Philox uniform of word i % 4 of counter
+// state.offset + i / 4 is >= p.
 RefTensor dropout_mask(const Shape& shape, double p, GeneratorState state);
 // x * mask / (1 - p)
 RefTensor dropout(const RefTensor& x, double p, GeneratorState state);

@@ -1,5 +1,9 @@
 #include "nn/layers/attention.h"
 
+#include <limits>
+
+#include "core/autocast.h"
+#include "core/factory.h"
 #include "nn/functional.h"
 
 namespace ember::nn {
@@ -19,6 +23,29 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
               "MultiheadAttention: expected [batch, length, ", embed_dim, "] inputs, got query ", query.shape(),
               ", key ", key.shape(), ", value ", value.shape());
   const int64_t b = query.size(0), lq = query.size(1), lk = key.size(1);
+  if (key_padding_mask.defined()) {
+    EMBER_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == b && key_padding_mask.size(1) == lk,
+                "MultiheadAttention: key_padding_mask must be [", b, ", ", lk, "], got ", key_padding_mask.shape());
+  }
+  if (query.is_same(key) && key.is_same(value)) {
+    // Self-attention: q, k and v from one product with the three weights stacked, and the heads
+    // read in place and written merged (packed_self_attention), so no per-head copies.
+    auto stacked = [](const Tensor& wq, const Tensor& wk, const Tensor& wv) {
+      return wq.defined() ? cat({autocast::to_lower(wq), autocast::to_lower(wk), autocast::to_lower(wv)}, 0) : Tensor();
+    };
+    const Tensor qkv = linear(query, stacked(q_proj->weight, k_proj->weight, v_proj->weight),
+                              stacked(q_proj->bias, k_proj->bias, v_proj->bias));
+    Tensor mask;
+    if (key_padding_mask.defined()) mask = functional::padding_mask_to_additive(key_padding_mask, qkv.dtype());
+    if (causal) {
+      Tensor i = arange(lq, {DType::i64, query.device()}).view({lq, 1});
+      Tensor j = arange(lk, {DType::i64, query.device()}).view({1, lk});
+      Tensor future = masked_fill(zeros({lq, lk}, {DType::f32, query.device()}), gt(j, i),
+                                  -std::numeric_limits<double>::infinity());
+      mask = mask.defined() ? mask + future : future;
+    }
+    return out_proj->forward(packed_self_attention(qkv, num_heads, mask, dropout_p, is_training()));
+  }
   auto heads = [&](const Tensor& t, int64_t len) {
     return t.view({b, len, num_heads, head_dim}).transpose(1, 2);  // [B, H, L, D]
   };
@@ -26,11 +53,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   Tensor k = heads(k_proj->forward(key), lk);
   Tensor v = heads(v_proj->forward(value), lk);
   Tensor mask;
-  if (key_padding_mask.defined()) {
-    EMBER_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == b && key_padding_mask.size(1) == lk,
-                "MultiheadAttention: key_padding_mask must be [", b, ", ", lk, "], got ", key_padding_mask.shape());
-    mask = functional::padding_mask_to_additive(key_padding_mask, q.dtype());
-  }
+  if (key_padding_mask.defined()) mask = functional::padding_mask_to_additive(key_padding_mask, q.dtype());
   Tensor ctx = functional::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_training(), causal);
   return out_proj->forward(ctx.transpose(1, 2).reshape({b, lq, embed_dim}));
 }
@@ -47,10 +70,18 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerOptions 
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(o.dropout));
 }
 
+namespace {
+// dropout(act(linear1(x))): GELU takes linear1's bias inside the fused activation.
+Tensor feed_forward_hidden(bool use_gelu, Linear& linear1, Dropout& dropout, const Tensor& x) {
+  Tensor h = use_gelu && linear1.bias.defined() ? bias_gelu(linear(x, linear1.weight), linear1.bias)
+             : use_gelu                          ? gelu(linear1.forward(x))
+                                                 : relu(linear1.forward(x));
+  return dropout.forward(h);
+}
+}  // namespace
+
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
-  Tensor h = linear1->forward(x);
-  h = opt.gelu ? gelu(h) : relu(h);
-  return dropout2->forward(linear2->forward(dropout->forward(h)));
+  return dropout2->forward(linear2->forward(feed_forward_hidden(opt.gelu, *linear1, *dropout, x)));
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
@@ -59,8 +90,13 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_paddi
     Tensor h = x + dropout1->forward(self_attn->forward(n1, n1, n1, key_padding_mask, causal));
     return h + feed_forward(norm2->forward(h));
   }
-  Tensor h = norm1->forward(x + dropout1->forward(self_attn->forward(x, x, x, key_padding_mask, causal)));
-  return norm2->forward(h + feed_forward(h));
+  // Post-norm: each residual sum, its dropout and the norm after it are one fused op.
+  Tensor a = self_attn->forward(x, x, x, key_padding_mask, causal);
+  Tensor h = add_layer_norm(a, x, norm1->normalized_shape, norm1->weight, norm1->bias, norm1->eps, dropout1->p,
+                            dropout1->is_training());
+  Tensor f = linear(feed_forward_hidden(opt.gelu, *linear1, *dropout, h), linear2->weight);
+  return add_layer_norm(f, h, norm2->normalized_shape, norm2->weight, norm2->bias, norm2->eps, dropout2->p,
+                        dropout2->is_training(), linear2->bias);
 }
 
 }  // namespace ember::nn

@@ -3,16 +3,29 @@
 #include <cmath>
 #include <limits>
 
+#include "core/autocast.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 
 namespace ember::nn {
 
 namespace {
-Tensor activation(const std::string& act, const Tensor& x) {
-  if (act == "gelu") return gelu(x, false);
-  if (act == "relu") return relu(x);
-  return gelu(x, true);  // gelu_new / gelu_pytorch_tanh
+// act(dense(x)); the GELUs add the bias inside the fused activation (one pass fewer).
+Tensor dense_activation(const std::string& act, const Linear& dense, const Tensor& x) {
+  if (act == "relu" || !dense.bias.defined()) {
+    const Tensor y = linear(x, dense.weight, dense.bias);
+    if (act == "relu") return relu(y);
+    return gelu(y, act != "gelu");
+  }
+  // "gelu" is the exact form; gelu_new / gelu_pytorch_tanh the tanh one
+  return bias_gelu(linear(x, dense.weight), dense.bias, act != "gelu");
+}
+
+// layer_norm(dropout(dense(x)) + residual) as one fused op after a bias-free product.
+Tensor dense_dropout_add_norm(const Linear& dense, const Dropout& dropout, const LayerNorm& norm, const Tensor& x,
+                              const Tensor& residual) {
+  return add_layer_norm(linear(x, dense.weight), residual, norm.normalized_shape, norm.weight, norm.bias, norm.eps,
+                        dropout.p, dropout.is_training(), dense.bias);
 }
 }  // namespace
 
@@ -34,8 +47,10 @@ Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type
   Tensor positions = arange(len, {DType::i64, input_ids.device()});
   Tensor x = word_embeddings->forward(input_ids) + position_embeddings->forward(positions);
   Tensor types = token_type_ids.defined() ? token_type_ids : zeros(input_ids.shape(), {DType::i64, input_ids.device()});
-  x = x + token_type_embeddings->forward(types);
-  return dropout->forward(layer_norm->forward(x));
+  // layer_norm(word + position + token type), the last sum fused into the norm
+  x = add_layer_norm(x, token_type_embeddings->forward(types), layer_norm->normalized_shape, layer_norm->weight,
+                     layer_norm->bias, layer_norm->eps);
+  return dropout->forward(x);
 }
 
 BertSelfAttention::BertSelfAttention(const BertConfig& c)
@@ -47,13 +62,14 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_mask) {
-  const int64_t b = hidden.size(0), l = hidden.size(1), h = hidden.size(2);
-  auto heads = [&](const Tensor& t) { return t.view({b, l, num_heads, head_dim}).transpose(1, 2); };
-  Tensor q = heads(query->forward(hidden));
-  Tensor k = heads(key->forward(hidden));
-  Tensor v = heads(value->forward(hidden));
-  Tensor ctx = functional::scaled_dot_product_attention(q, k, v, additive_mask, dropout->p, is_training());
-  return ctx.transpose(1, 2).reshape({b, l, h});
+  // q, k and v from one product with the three weights stacked (cast once each under autocast);
+  // the attention reads the heads in place and writes them merged: no per-head copies.
+  auto stacked = [](const Linear& a, const Linear& b, const Linear& c, Tensor Linear::*p) {
+    return cat({autocast::to_lower(a.*p), autocast::to_lower(b.*p), autocast::to_lower(c.*p)}, 0);
+  };
+  const Tensor qkv = linear(hidden, stacked(*query, *key, *value, &Linear::weight),
+                            stacked(*query, *key, *value, &Linear::bias));
+  return packed_self_attention(qkv, num_heads, additive_mask, dropout->p, dropout->is_training());
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in, int64_t hidden, double p, double eps) : Module("BertOutput") {
@@ -63,7 +79,7 @@ BertResidualOutput::BertResidualOutput(int64_t in, int64_t hidden, double p, dou
 }
 
 Tensor BertResidualOutput::forward(const Tensor& x, const Tensor& residual) {
-  return layer_norm->forward(dropout->forward(dense->forward(x)) + residual);
+  return dense_dropout_add_norm(*dense, *dropout, *layer_norm, x, residual);
 }
 
 BertAttention::BertAttention(const BertConfig& c) : Module("BertAttention") {
@@ -80,7 +96,7 @@ BertIntermediate::BertIntermediate(const BertConfig& c) : Module("BertIntermedia
   dense = register_module("dense", std::make_shared<Linear>(c.hidden_size, c.intermediate_size));
 }
 
-Tensor BertIntermediate::forward(const Tensor& x) { return activation(act, dense->forward(x)); }
+Tensor BertIntermediate::forward(const Tensor& x) { return dense_activation(act, *dense, x); }
 
 BertLayer::BertLayer(const BertConfig& c) : Module("BertLayer") {
   attention = register_module("attention", std::make_shared<BertAttention>(c));
@@ -223,8 +239,8 @@ ModelOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& atte
     h = index_select(h.reshape({-1, h.size(-1)}), 0, index);
     targets = index_select(targets, 0, index);
   }
-  h = transform_layer_norm->forward(activation(config.hidden_act, transform_dense->forward(h)));
-  Tensor logits = linear(h, decoder_weight, decoder_bias);
+  h = transform_layer_norm->forward(dense_activation(config.hidden_act, *transform_dense, h));
+  Tensor logits = model_output(linear(h, decoder_weight, decoder_bias));
   ModelOutput out{Tensor(), logits};
   if (labels.defined()) out.loss = cross_entropy(logits.reshape({-1, config.vocab_size}), targets, -100);
   return out;
@@ -245,7 +261,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 ModelOutput BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                                    const Tensor& token_type_ids, const Tensor& labels) {
   Tensor pooled = bert->forward(input_ids, attention_mask, token_type_ids).pooler_output;
-  Tensor logits = classifier->forward(dropout->forward(pooled));
+  Tensor logits = model_output(classifier->forward(dropout->forward(pooled)));
   ModelOutput out{Tensor(), logits};
   if (labels.defined()) {
     if (config.num_labels == 1) {

@@ -590,6 +590,8 @@ TEST(AcceleratorCheckpoint, RegisteredModulesAndOptimizersRoundTrip) {
 TEST(AcceleratorMixedPrecision, Bf16AutocastRunsLinearInBf16AndKeepsF32Parameters) {
   Accelerator acc({.mixed_precision = "bf16"});
   auto model = acc.prepare(make_mlp(21));
+  EXPECT_TRUE(model->converts_outputs_to_f32());  // convert_outputs_to_fp32
+  EXPECT_FALSE(Accelerator().prepare(make_mlp(21))->converts_outputs_to_f32());
   const Tensor x = uniform_tensor(22, {5, kIn}), y = uniform_tensor(23, {5, kOut});
   Tensor loss;
   {

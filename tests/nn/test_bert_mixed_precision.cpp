@@ -79,3 +79,26 @@ TEST(BertMixedPrecision, Bf16FollowsTheF32LossCurveFor200Steps) {
   EXPECT_LT(window_mean(f32, size_t(kSteps - kWindow)), 0.4 * f32[0]);
   EXPECT_LT(window_mean(bf16, size_t(kSteps - kWindow)), 0.4 * f32[0]);
 }
+
+TEST(BertMixedPrecision, LogitsFollowTheAutocastTypeUnlessConvertedToF32) {
+  manual_seed(7);
+  nn::BertConfig cfg = nn::BertConfig::tiny(kVocab);
+  cfg.max_position_embeddings = kSeq;
+  nn::BertForSequenceClassification model(cfg);
+  model.eval();  // no dropout: both forwards compute the same logits
+  Tensor ids = randint(4, kVocab, {2, 8});
+  Tensor labels = randint(0, 2, {2});
+  AutocastGuard autocast(DeviceType::CPU, DType::bf16);
+  nn::ModelOutput out = model.forward(ids, Tensor(), Tensor(), labels);
+  EXPECT_EQ(out.logits.dtype(), DType::bf16);
+  EXPECT_EQ(out.loss.dtype(), DType::f32);
+  // What Accelerator::prepare sets under mixed precision (Accelerate's convert_outputs_to_fp32).
+  model.set_convert_outputs_to_f32(true);
+  nn::ModelOutput converted = model.forward(ids, Tensor(), Tensor(), labels);
+  EXPECT_EQ(converted.logits.dtype(), DType::f32);
+  EXPECT_TRUE(ember::testing::all_close(converted.logits, out.logits.to(DType::f32), 0.0, 0.0));
+  // The MLM head too.
+  nn::BertForMaskedLM mlm(cfg);
+  mlm.set_convert_outputs_to_f32(true);
+  EXPECT_EQ(mlm.forward(ids).logits.dtype(), DType::f32);
+}

@@ -1,0 +1,183 @@
+// Differentiable fused ops (core/ops.h, "fused"): forward through core/native/fused.h, backward
+// through its fused backward kernels, with the autocast policy of the ops they replace. Off the
+// CPU they run the composition they stand for.
+#include <cmath>
+
+#include "autograd/node.h"
+#include "core/autocast.h"
+#include "core/factory.h"
+#include "core/native/copy.h"
+#include "core/native/fused.h"
+#include "core/native/views.h"
+#include "core/ops.h"
+
+namespace ember {
+using autograd::Tensors;
+
+namespace {
+
+// Sums g over the dims that broadcasting added or expanded to reach g's shape from `shape`.
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.dim() - int64_t(shape.size());
+  Shape dims;
+  for (int64_t i = 0; i < g.dim(); ++i)
+    if (i < lead || (shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
+  const Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  return native::reshape(s, shape);
+}
+
+Tensor in_dtype(const Tensor& t, DType dtype) { return t.defined() ? native::to_dtype(t, dtype) : t; }
+
+// The dtype layer_norm and softmax compute in under autocast: half types widen to f32.
+DType autocast_f32(const Tensor& t) {
+  return autocast::active_for(t) && (t.dtype() == DType::f16 || t.dtype() == DType::bf16) ? DType::f32 : t.dtype();
+}
+
+bool wants(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+}  // namespace
+
+Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, bool tanh_approx) {
+  EMBER_CHECK(x_in.defined() && bias_in.defined(), "bias_gelu: input and bias must be defined");
+  // Autocast: the bias follows linear's policy, so a lower-precision x keeps its dtype.
+  const Tensor bias = autocast::to_lower(bias_in);
+  const DType dt = promote_types(x_in.dtype(), bias.dtype());
+  const Tensor x = x_in.dtype() == dt ? x_in : x_in.to(dt);
+  if (!x.is_cpu()) return gelu(add(x, bias), tanh_approx);
+  Tensor y = native::bias_gelu(x, bias, tanh_approx);
+  if (autograd::needs_grad({x, bias})) {
+    const bool need_dx = wants(x), need_db = wants(bias);
+    autograd::record("BiasGeluBackward", {x, bias}, {y},
+                     [sx = autograd::save(x), sb = autograd::save(bias), tanh_approx, need_dx,
+                      need_db](const Tensors& g) -> Tensors {
+                       native::BiasGeluGrads d =
+                           native::bias_gelu_backward(g[0], sx, sb, tanh_approx, need_dx, need_db);
+                       return {d.dx, in_dtype(d.dbias, sb.dtype())};
+                     });
+  }
+  return y;
+}
+
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual_in, const Shape& normalized_shape,
+                      const Tensor& weight_in, const Tensor& bias_in, double eps, double dropout_p, bool training,
+                      const Tensor& x_bias) {
+  EMBER_CHECK(x.defined() && residual_in.defined(), "add_layer_norm: input and residual must be defined");
+  EMBER_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, "add_layer_norm: dropout probability must be in [0, 1], got ",
+              dropout_p, " (input of shape ", x.shape(), ")");
+  const double p = training ? dropout_p : 0.0;
+  const Tensor weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
+  if (!x.is_cpu() || p == 1.0) {
+    Tensor h = x_bias.defined() ? add(x, x_bias) : x;
+    h = add(dropout(h, p, true), residual_in);
+    return layer_norm(h, normalized_shape, weight, bias, eps);
+  }
+  // A broadcast residual (e.g. position embeddings) is expanded; its gradient sums back.
+  const Tensor residual = residual_in.shape() == x.shape()
+                              ? residual_in
+                              : residual_in.expand(broadcast_shapes(residual_in.shape(), x.shape(), "add_layer_norm"));
+  const DType out_dtype = promote_types(autocast_f32(x), autocast_f32(residual));
+  native::AddLayerNormResult r =
+      native::add_layer_norm(x, residual, normalized_shape, weight, bias, x_bias, eps, p, out_dtype);
+  if (autograd::needs_grad({x, residual, weight, bias, x_bias})) {
+    const bool need_dx = wants(x), need_dr = wants(residual), need_dw = wants(weight), need_db = wants(bias),
+               need_dxb = wants(x_bias);
+    const DType x_dt = x.dtype(), r_dt = residual.dtype();
+    const DType w_dt = weight.defined() ? weight.dtype() : DType::f32,
+                b_dt = bias.defined() ? bias.dtype() : DType::f32,
+                xb_dt = x_bias.defined() ? x_bias.dtype() : DType::f32;
+    const Shape ns = normalized_shape;
+    const double scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    autograd::record(
+        "AddLayerNormBackward", {x, residual, weight, bias, x_bias}, {r.y},
+        [saved = r.saved, ws = autograd::save(weight), need_dx, need_dr, need_dw, need_db, need_dxb, x_dt, r_dt, w_dt,
+         b_dt, xb_dt, ns, scale](const Tensors& g) -> Tensors {
+          native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, ws, x_dt, r_dt, scale, need_dx,
+                                                                        need_dr, need_dxb, need_dw, need_db);
+          auto shaped = [&](const Tensor& t, DType dt) {
+            return t.defined() ? in_dtype(native::reshape(t, ns), dt) : t;
+          };
+          return {d.dx, d.dresidual, shaped(d.dweight, w_dt), shaped(d.dbias, b_dt), shaped(d.dx_bias, xb_dt)};
+        });
+  }
+  return r.y;
+}
+
+Tensor scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, double dropout_p, bool training,
+                             std::optional<DType> dtype) {
+  EMBER_CHECK(x.defined(), "scaled_masked_softmax: input is undefined");
+  EMBER_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0,
+              "scaled_masked_softmax: dropout probability must be in [0, 1], got ", dropout_p, " (input of shape ",
+              x.shape(), ")");
+  const double p = training ? dropout_p : 0.0;
+  if (dtype)
+    EMBER_CHECK(is_floating(*dtype), "scaled_masked_softmax: dtype must be floating point, got ", dtype_name(*dtype));
+  if (!x.is_cpu() || p == 1.0) {
+    Tensor s = mul(x, scale);
+    if (mask.defined()) s = add(s, mask);
+    Tensor y = dropout(softmax(s, -1), p, true);
+    return dtype ? y.to(*dtype) : y;
+  }
+  const DType out_dtype = dtype            ? *dtype
+                          : mask.defined() ? promote_types(autocast_f32(x), autocast_f32(mask))
+                                           : autocast_f32(x);
+  native::ScaledMaskedSoftmaxResult r = native::scaled_masked_softmax(x, mask, scale, p, out_dtype);
+  if (autograd::needs_grad({x, mask})) {
+    r.saved.x = autograd::save(r.saved.x);  // x itself when contiguous: keep no history
+    r.saved.mask = autograd::save(r.saved.mask);
+    const bool need_dx = wants(x), need_dmask = wants(mask);
+    const DType x_dt = x.dtype(), m_dt = mask.defined() ? mask.dtype() : DType::f32;
+    const Shape m_shape = mask.defined() ? mask.shape() : Shape{};
+    const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    autograd::record(
+        "ScaledMaskedSoftmaxBackward", {x, mask}, {r.y},
+        [saved = r.saved, scale, drop_scale, need_dx, need_dmask, x_dt, m_dt, m_shape](const Tensors& g) -> Tensors {
+          if (!need_dmask) {
+            return {in_dtype(native::scaled_masked_softmax_backward(g[0], saved, scale, scale, drop_scale), x_dt),
+                    Tensor()};
+          }
+          // The mask's gradient is that of the masked scores, summed over its broadcast dims.
+          const Tensor ds = native::scaled_masked_softmax_backward(g[0], saved, scale, 1.0, drop_scale);
+          const Tensor dx = need_dx ? in_dtype(mul(ds, scale), x_dt) : Tensor();
+          return {dx, in_dtype(sum_to_shape(ds, m_shape), m_dt)};
+        });
+  }
+  return r.y;
+}
+
+Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tensor& mask, double dropout_p,
+                             bool training) {
+  constexpr const char* op = "packed_self_attention";
+  EMBER_CHECK(qkv_in.defined(), op, ": qkv is undefined");
+  EMBER_CHECK(qkv_in.dim() == 3, op, ": qkv must be [batch, length, 3 * embed_dim], got shape ", qkv_in.shape());
+  EMBER_CHECK(num_heads > 0 && qkv_in.size(2) % (3 * num_heads) == 0, op, ": qkv of shape ", qkv_in.shape(),
+              " does not split into q, k and v of ", num_heads, " heads each (last dim must be a multiple of ",
+              3 * num_heads, ")");
+  EMBER_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout probability must be in [0, 1], got ", dropout_p,
+              " (qkv of shape ", qkv_in.shape(), ")");
+  const Tensor qkv = autocast::to_lower(qkv_in);  // the products' policy
+  const int64_t b = qkv.size(0), len = qkv.size(1), e = qkv.size(2) / 3, d = e / num_heads;
+  const double scale = 1.0 / std::sqrt(double(d));
+  const double p = training ? dropout_p : 0.0;
+  const bool kernel_dtype = qkv.dtype() == DType::f32 || qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f64;
+  if (!qkv.is_cpu() || !kernel_dtype || p == 1.0 || wants(mask)) {
+    // The composition itself.
+    auto head = [&](int64_t i) { return qkv.narrow(2, i * e, e).view({b, len, num_heads, d}).transpose(1, 2); };
+    const Tensor scores = matmul(head(0), head(1).transpose(-2, -1));
+    const Tensor probs = scaled_masked_softmax(scores, mask, scale, p, true, scores.dtype());
+    return matmul(probs, head(2)).transpose(1, 2).reshape({b, len, e});
+  }
+  native::PackedAttentionResult r = native::packed_self_attention(qkv, num_heads, mask, scale, p);
+  if (autograd::needs_grad({qkv})) {
+    r.saved.qkv = autograd::save(r.saved.qkv);  // qkv itself when contiguous: keep no history
+    r.saved.mask = autograd::save(r.saved.mask);
+    const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    autograd::record("PackedSelfAttentionBackward", {qkv}, {r.ctx},
+                     [saved = r.saved, drop_scale](const Tensors& g) -> Tensors {
+                       return {native::packed_self_attention_backward(g[0], saved, drop_scale)};
+                     });
+  }
+  return r.ctx;
+}
+
+}  // namespace ember

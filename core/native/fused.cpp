@@ -1,0 +1,284 @@
+#include "core/native/fused.h"
+
+#include "core/factory.h"
+#include "core/native/copy.h"
+#include "core/native/views.h"
+
+namespace ember::native {
+
+EMBER_DEFINE_STUB(bias_gelu_stub);
+EMBER_DEFINE_STUB(bias_gelu_backward_stub);
+EMBER_DEFINE_STUB(add_layer_norm_stub);
+EMBER_DEFINE_STUB(add_layer_norm_backward_stub);
+EMBER_DEFINE_STUB(scaled_masked_softmax_stub);
+EMBER_DEFINE_STUB(scaled_masked_softmax_backward_stub);
+EMBER_DEFINE_STUB(packed_attention_stub);
+EMBER_DEFINE_STUB(packed_attention_backward_stub);
+
+DType fused_compute_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+FusedDropout make_fused_dropout(double p, int64_t numel, const char* op, Generator& gen) {
+  EMBER_CHECK(p >= 0.0 && p < 1.0, op, ": dropout probability must be in [0, 1), got ", p);
+  FusedDropout d;
+  if (p == 0.0 || numel == 0) return d;
+  d.p = p;
+  d.scale = 1.0 / (1.0 - p);
+  d.state = gen.reserve(uint64_t(numel));  // as native::dropout: one counter per element reserved
+  return d;
+}
+
+namespace {
+
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  EMBER_CHECK(t.defined(), op, ": ", what, " is undefined");
+  EMBER_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating point, got ", dtype_name(t.dtype()),
+              " of shape ", t.shape());
+}
+
+void check_same_device(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  EMBER_CHECK(t.device() == x.device(), op, ": ", what, " is on ", t.device(), " but the input is on ", x.device());
+}
+
+// A [cols] parameter checked against `shape` and returned contiguous in `dtype` (or undefined).
+Tensor row_param(const char* op, const char* what, const Tensor& p, const Shape& shape, const Tensor& x, DType dtype) {
+  if (!p.defined()) return p;
+  check_floating(op, what, p);
+  check_same_device(op, what, p, x);
+  EMBER_CHECK(p.shape() == shape, op, ": ", what, " of shape ", p.shape(), " does not match ", shape,
+              " (input of shape ", x.shape(), ")");
+  return contiguous(reshape(to_dtype(p, dtype), {numel_of(shape)}));
+}
+
+// x contiguous in `dtype` when it is f64 compute, else in its own (float-lane) dtype.
+Tensor lane_input(const Tensor& x, DType compute) {
+  return contiguous(compute == DType::f64 ? to_dtype(x, DType::f64) : x);
+}
+
+}  // namespace
+
+// ---- bias + GELU
+
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_approx) {
+  constexpr const char* op = "bias_gelu";
+  check_floating(op, "input", x);
+  EMBER_CHECK(x.dim() >= 1, op, ": input must have at least one dim, got shape ", x.shape());
+  const int64_t cols = x.shape().back();
+  const DType cd = fused_compute_dtype(x.dtype());
+  const Tensor b = row_param(op, "bias", bias, {cols}, x, cd);
+  EMBER_CHECK(b.defined(), op, ": bias is undefined (input of shape ", x.shape(), ")");
+  Tensor y = make_tensor(x.shape(), x.dtype(), x.device());
+  if (y.numel() == 0) return y;
+  bias_gelu_stub.call(x.device(), op)(y, contiguous(x), b, tanh_approx);
+  return y;
+}
+
+BiasGeluGrads bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool tanh_approx,
+                                 bool need_dx, bool need_dbias) {
+  constexpr const char* op = "bias_gelu_backward";
+  EMBER_CHECK(grad.shape() == x.shape(), op, ": gradient of shape ", grad.shape(),
+              " does not match the input of shape ", x.shape());
+  const int64_t cols = x.shape().back();
+  const DType cd = fused_compute_dtype(x.dtype());
+  const Tensor b = row_param(op, "bias", bias, {cols}, x, cd);
+  BiasGeluGrads out;
+  if (need_dx) out.dx = make_tensor(x.shape(), x.dtype(), x.device());
+  if (need_dbias) out.dbias = make_tensor({cols}, cd, x.device());
+  if (x.numel() == 0) {
+    if (out.dbias.defined()) fill_(out.dbias, 0.0);
+    return out;
+  }
+  if (out.dx.defined() || out.dbias.defined()) {
+    bias_gelu_backward_stub.call(x.device(), op)(out.dx, out.dbias, contiguous(to_dtype(grad, x.dtype())),
+                                                 contiguous(x), b, tanh_approx);
+  }
+  return out;
+}
+
+// ---- residual add + layer norm
+
+AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                                  const Tensor& weight, const Tensor& bias, const Tensor& x_bias, double eps,
+                                  double dropout_p, DType out_dtype, Generator& gen) {
+  constexpr const char* op = "add_layer_norm";
+  check_floating(op, "input", x);
+  check_floating(op, "residual", residual);
+  check_same_device(op, "residual", residual, x);
+  EMBER_CHECK(is_floating(out_dtype), op, ": output dtype must be floating point, got ", dtype_name(out_dtype));
+  EMBER_CHECK(residual.shape() == x.shape(), op, ": residual of shape ", residual.shape(),
+              " does not match the input of shape ", x.shape());
+  EMBER_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  const int64_t k = int64_t(normalized_shape.size());
+  bool matches = k >= 1 && x.dim() >= k;
+  for (int64_t i = 0; matches && i < k; ++i)
+    matches = x.shape()[size_t(x.dim() - k + i)] == normalized_shape[size_t(i)];
+  EMBER_CHECK(matches, op, ": normalized_shape ", normalized_shape,
+              " does not match the trailing dims of the input of shape ", x.shape());
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const bool f64 = x.dtype() == DType::f64 || residual.dtype() == DType::f64 || out_dtype == DType::f64;
+  const DType cd = f64 ? DType::f64 : DType::f32;
+  const Tensor w = row_param(op, "weight", weight, normalized_shape, x, cd);
+  const Tensor b = row_param(op, "bias", bias, normalized_shape, x, cd);
+  const Tensor xb = row_param(op, "x_bias", x_bias, normalized_shape, x, cd);
+
+  AddLayerNormResult r;
+  AddLayerNormSaved& s = r.saved;
+  r.y = make_tensor(x.shape(), f64 ? DType::f64 : out_dtype, x.device());
+  s.h = make_tensor({rows, cols}, cd, x.device());
+  s.mean = make_tensor({rows}, cd, x.device());
+  s.rstd = make_tensor({rows}, cd, x.device());
+  s.shape = x.shape();
+  s.y_dtype = out_dtype;
+  const FusedDropout d = make_fused_dropout(dropout_p, x.numel(), op, gen);
+  if (d.active()) s.keep = make_tensor({rows, cols}, DType::boolean, x.device());
+  if (x.numel() == 0) return r;
+  add_layer_norm_stub.call(x.device(), op)(r.y, s.h, s.mean, s.rstd, s.keep, lane_input(x, cd),
+                                           lane_input(residual, cd), xb, w, b, eps, d);
+  r.y = to_dtype(r.y, out_dtype);
+  return r;
+}
+
+AddLayerNormGrads add_layer_norm_backward(const Tensor& grad, const AddLayerNormSaved& saved, const Tensor& weight,
+                                          DType x_dtype, DType residual_dtype, double dropout_scale, bool need_dx,
+                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias) {
+  constexpr const char* op = "add_layer_norm_backward";
+  EMBER_CHECK(grad.shape() == saved.shape, op, ": gradient of shape ", grad.shape(),
+              " does not match the output of shape ", saved.shape);
+  const Tensor& h = saved.h;
+  const int64_t rows = h.shape()[0], cols = h.shape()[1];
+  const DType cd = h.dtype();
+  const Shape& shape = saved.shape;
+  const Device dev = h.device();
+  const Tensor w = weight.defined() ? contiguous(reshape(to_dtype(weight, cd), {cols})) : Tensor();
+  // dx equals dresidual without dropout: one tensor serves both when the dtypes agree.
+  const bool shared = need_dx && need_dresidual && !saved.keep.defined() && x_dtype == residual_dtype;
+  AddLayerNormGrads out;
+  Tensor dx, dres;
+  // f64 compute writes f64 gradients, converted to the inputs' dtypes at the end
+  const DType dx_dtype = cd == DType::f64 ? cd : x_dtype, dres_dtype = cd == DType::f64 ? cd : residual_dtype;
+  if (need_dresidual || shared) dres = make_tensor({rows, cols}, dres_dtype, dev);
+  if (need_dx && !shared) dx = make_tensor({rows, cols}, dx_dtype, dev);
+  // the x_bias gradient needs dx's values even when dx itself is not wanted
+  Tensor dxb = need_dx_bias ? make_tensor({cols}, cd, dev) : Tensor();
+  Tensor dw = need_dweight ? make_tensor({cols}, cd, dev) : Tensor();
+  Tensor db = need_dbias ? make_tensor({cols}, cd, dev) : Tensor();
+  const DType grad_dtype = cd == DType::f64 ? cd : saved.y_dtype;
+  if (rows == 0 || cols == 0) {
+    for (Tensor* t : {&dxb, &dw, &db})
+      if (t->defined()) fill_(*t, 0.0);
+  } else if (dx.defined() || dres.defined() || dxb.defined() || dw.defined() || db.defined()) {
+    add_layer_norm_backward_stub.call(dev, op)(dx, dres, dxb, dw, db,
+                                               contiguous(reshape(to_dtype(grad, grad_dtype), {rows, cols})), h,
+                                               saved.mean, saved.rstd, w, saved.keep, dropout_scale);
+  }
+  if (shared) dx = dres;
+  if (dx.defined()) out.dx = to_dtype(view(dx, shape), x_dtype);
+  if (dres.defined() && need_dresidual) out.dresidual = shared ? out.dx : to_dtype(view(dres, shape), residual_dtype);
+  out.dx_bias = dxb;
+  out.dweight = dw;
+  out.dbias = db;
+  return out;
+}
+
+// ---- scale + additive mask + softmax
+
+ScaledMaskedSoftmaxResult scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, double dropout_p,
+                                                DType out_dtype, Generator& gen) {
+  constexpr const char* op = "scaled_masked_softmax";
+  check_floating(op, "input", x);
+  EMBER_CHECK(x.dim() >= 1, op, ": input must have at least one dim, got shape ", x.shape());
+  EMBER_CHECK(is_floating(out_dtype), op, ": output dtype must be floating point, got ", dtype_name(out_dtype));
+  const bool f64 = x.dtype() == DType::f64 || out_dtype == DType::f64 || (mask.defined() && mask.dtype() == DType::f64);
+  const DType cd = f64 ? DType::f64 : DType::f32;
+  ScaledMaskedSoftmaxResult r;
+  ScaledMaskedSoftmaxSaved& s = r.saved;
+  s.x = lane_input(x, cd);
+  s.y_dtype = out_dtype;
+  if (mask.defined()) {
+    check_floating(op, "mask", mask);
+    check_same_device(op, "mask", mask, x);
+    const Shape b = broadcast_shapes(mask.shape(), x.shape(), op);
+    EMBER_CHECK(b == x.shape(), op, ": mask of shape ", mask.shape(), " does not broadcast to the input of shape ",
+                x.shape());
+    s.mask = expand(f64 ? to_dtype(mask, DType::f64) : mask, x.shape());
+  }
+  const int64_t len = x.shape().back();
+  const int64_t rows = len == 0 ? 0 : x.numel() / len;
+  r.y = make_tensor(x.shape(), f64 ? DType::f64 : out_dtype, x.device());
+  s.stats = make_tensor({rows, 2}, cd, x.device());
+  const FusedDropout d = make_fused_dropout(dropout_p, x.numel(), op, gen);
+  if (d.active()) s.keep = make_tensor(x.shape(), DType::boolean, x.device());
+  if (x.numel() == 0) return r;
+  scaled_masked_softmax_stub.call(x.device(), op)(r.y, s.stats, s.keep, s.x, s.mask, scale, d);
+  r.y = to_dtype(r.y, out_dtype);
+  return r;
+}
+
+Tensor scaled_masked_softmax_backward(const Tensor& grad, const ScaledMaskedSoftmaxSaved& saved, double scale,
+                                      double out_scale, double dropout_scale) {
+  constexpr const char* op = "scaled_masked_softmax_backward";
+  EMBER_CHECK(grad.shape() == saved.x.shape(), op, ": gradient of shape ", grad.shape(),
+              " does not match the output of shape ", saved.x.shape());
+  Tensor dx = make_tensor(saved.x.shape(), saved.x.dtype(), saved.x.device());
+  if (dx.numel() == 0) return dx;
+  const DType grad_dtype = saved.stats.dtype() == DType::f64 ? DType::f64 : saved.y_dtype;
+  scaled_masked_softmax_backward_stub.call(dx.device(), op)(dx, contiguous(to_dtype(grad, grad_dtype)), saved.x,
+                                                            saved.mask, saved.stats, saved.keep, scale, out_scale,
+                                                            dropout_scale);
+  return dx;
+}
+
+// ---- packed multi-head self-attention
+
+PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale,
+                                            double dropout_p, Generator& gen) {
+  constexpr const char* op = "packed_self_attention";
+  check_floating(op, "qkv", qkv);
+  EMBER_CHECK(qkv.dim() == 3, op, ": qkv must be [batch, length, 3 * embed_dim], got shape ", qkv.shape());
+  EMBER_CHECK(heads > 0 && qkv.size(2) % (3 * heads) == 0, op, ": qkv of shape ", qkv.shape(),
+              " does not split into q, k and v of ", heads, " heads each (last dim must be a multiple of ", 3 * heads,
+              ")");
+  EMBER_CHECK(qkv.dtype() == DType::f32 || qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f64, op,
+              ": qkv must be f32, bf16 or f64, got ", dtype_name(qkv.dtype()));
+  const int64_t b = qkv.size(0), len = qkv.size(1), e = qkv.size(2) / 3;
+  const Shape scores{b, heads, len, len};
+  PackedAttentionResult r;
+  PackedAttentionSaved& s = r.saved;
+  s.qkv = contiguous(qkv);
+  s.heads = heads;
+  s.scale = scale;
+  if (mask.defined()) {
+    check_floating(op, "mask", mask);
+    check_same_device(op, "mask", mask, qkv);
+    const Shape bs = broadcast_shapes(mask.shape(), scores, op);
+    EMBER_CHECK(bs == scores, op, ": mask of shape ", mask.shape(), " does not broadcast to the scores of shape ",
+                scores, " (qkv of shape ", qkv.shape(), ")");
+    // the kernels read f32, bf16 or f16 masks in float and f64 ones only in double
+    const bool narrow = mask.dtype() == DType::f64 && qkv.dtype() != DType::f64;
+    s.mask = expand(narrow ? to_dtype(mask, DType::f32) : mask, scores);
+  }
+  const DType cd = fused_compute_dtype(qkv.dtype());
+  r.ctx = make_tensor({b, len, e}, qkv.dtype(), qkv.device());
+  s.stats = make_tensor({b * heads * len, 2}, cd, qkv.device());
+  const FusedDropout d = make_fused_dropout(dropout_p, numel_of(scores), op, gen);
+  if (d.active()) s.keep = make_tensor(scores, DType::boolean, qkv.device());
+  if (r.ctx.numel() == 0) return r;
+  packed_attention_stub.call(qkv.device(), op)(r.ctx, s.stats, s.keep, s.qkv, s.mask, heads, scale, d);
+  return r;
+}
+
+Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale) {
+  constexpr const char* op = "packed_self_attention_backward";
+  const Tensor& qkv = saved.qkv;
+  const Shape out{qkv.size(0), qkv.size(1), qkv.size(2) / 3};
+  EMBER_CHECK(grad.shape() == out, op, ": gradient of shape ", grad.shape(), " does not match the output of shape ",
+              out);
+  Tensor dqkv = make_tensor(qkv.shape(), qkv.dtype(), qkv.device());
+  if (dqkv.numel() == 0) return dqkv;
+  packed_attention_backward_stub.call(qkv.device(), op)(dqkv, contiguous(to_dtype(grad, qkv.dtype())), qkv, saved.mask,
+                                                        saved.stats, saved.keep, saved.heads, saved.scale,
+                                                        dropout_scale);
+  return dqkv;
+}
+
+}  // namespace ember::native

@@ -1,0 +1,148 @@
+// Fused ops without autograd: each computes a short chain of ops in one or two passes over
+// memory instead of one pass per op (argument checks, output allocation, then one device kernel).
+// autograd/functions/fused.cpp adds their backward passes and the autocast policy.
+//
+// All of them work on rows: x is viewed as [rows, cols] with cols its last dim (or the product
+// of the normalised dims for the layer norm). Computation is in float for f32, bf16 and f16 data
+// and in double for f64; statistics saved for the backward are in that compute dtype.
+#pragma once
+#include "core/dispatch.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace ember::native {
+
+// The compute dtype of a fused op whose data has dtype `dt`: f64 for f64, f32 otherwise.
+DType fused_compute_dtype(DType dt);
+
+// Dropout inside a fused op: p == 0 means none. Element e (row-major over the tensor it
+// applies to) keeps exactly as in native::dropout with the same generator state.
+struct FusedDropout {
+  double p = 0.0;
+  double scale = 1.0;  // 1 / (1 - p)
+  GeneratorState state;
+  bool active() const { return p > 0.0; }
+};
+// Draws the dropout of `numel` elements from `gen` (p in [0, 1); p == 0 draws nothing).
+FusedDropout make_fused_dropout(double p, int64_t numel, const char* op, Generator& gen = default_generator());
+
+// ---- bias + GELU: y = gelu(x + bias), bias [cols] added to every row.
+// x, y [rows, cols] contiguous, one dtype; bias contiguous [cols] in the compute dtype.
+EMBER_DECLARE_STUB(bias_gelu_stub, void (*)(const Tensor& y, const Tensor& x, const Tensor& bias, bool tanh_approx));
+// dx = grad * gelu'(x + bias) (x's dtype) and dbias = the column sums of dx (compute dtype, summed
+// from the unrounded products); either output may be undefined.
+EMBER_DECLARE_STUB(bias_gelu_backward_stub, void (*)(const Tensor& dx, const Tensor& dbias, const Tensor& grad,
+                                                     const Tensor& x, const Tensor& bias, bool tanh_approx));
+
+// x [..., C], bias [C] (any floating dtype; converted to the compute dtype). Result in x's dtype.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_approx);
+struct BiasGeluGrads {
+  Tensor dx, dbias;  // dx in x's dtype; dbias [C] in the compute dtype
+};
+BiasGeluGrads bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool tanh_approx,
+                                 bool need_dx, bool need_dbias);
+
+// ---- residual add + layer norm: h = dropout(x + x_bias) + residual, y = layer_norm(h) * weight + bias
+// over rows of cols. x and residual [rows, cols] contiguous, each f32, bf16 or f16 (or both f64);
+// x_bias, weight, bias undefined or [cols] in the compute dtype; y in any floating dtype. Saves
+// h (compute dtype), per-row mean and rstd, and the dropout's keep mask (bool) when it drops.
+EMBER_DECLARE_STUB(add_layer_norm_stub,
+                   void (*)(const Tensor& y, const Tensor& h, const Tensor& mean, const Tensor& rstd,
+                            const Tensor& keep, const Tensor& x, const Tensor& residual, const Tensor& x_bias,
+                            const Tensor& weight, const Tensor& bias, double eps, const FusedDropout& dropout));
+// From grad [rows, cols] (y's dtype): dresidual = dh (residual's dtype), dx = dropout_backward(dh)
+// (x's dtype), dx_bias = column sums of dx, dweight = column sums of grad * xhat, dbias = column
+// sums of grad (all three in the compute dtype). Any output may be undefined; weight undefined
+// means ones.
+EMBER_DECLARE_STUB(add_layer_norm_backward_stub,
+                   void (*)(const Tensor& dx, const Tensor& dresidual, const Tensor& dx_bias, const Tensor& dweight,
+                            const Tensor& dbias, const Tensor& grad, const Tensor& h, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& weight, const Tensor& keep, double dropout_scale));
+
+// What the backward reads (never the output itself, so saving it makes no reference cycle).
+struct AddLayerNormSaved {
+  Tensor h, mean, rstd, keep;  // keep undefined without dropout
+  Shape shape;                 // of x, residual and y
+  DType y_dtype = DType::f32;
+};
+struct AddLayerNormResult {
+  Tensor y;
+  AddLayerNormSaved saved;
+};
+// x and residual of one shape; normalized_shape the trailing dims of x; weight, bias of that
+// shape (or undefined); x_bias [cols] or undefined. y has dtype out_dtype.
+AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                                  const Tensor& weight, const Tensor& bias, const Tensor& x_bias, double eps,
+                                  double dropout_p, DType out_dtype, Generator& gen = default_generator());
+struct AddLayerNormGrads {
+  Tensor dx, dresidual, dx_bias, dweight, dbias;  // dx_bias, dweight, dbias in the compute dtype
+};
+// Wanted gradients only; dx and dresidual are one tensor when they coincide (same dtype, no dropout).
+AddLayerNormGrads add_layer_norm_backward(const Tensor& grad, const AddLayerNormSaved& saved, const Tensor& weight,
+                                          DType x_dtype, DType residual_dtype, double dropout_scale, bool need_dx,
+                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias);
+
+// ---- scale + additive mask + softmax (+ dropout) over the last dim:
+//   y = dropout(softmax(x * scale + mask)).
+// x [rows, len] contiguous (any floating dtype); mask undefined or x's shape through broadcast
+// strides (any floating dtype); y [rows, len] (out dtype). stats [rows, 2] (compute dtype) gets
+// the row maximum of x * scale + mask and 1 / sum of the exponentials, from which the backward
+// recomputes the probabilities exactly instead of saving them.
+EMBER_DECLARE_STUB(scaled_masked_softmax_stub,
+                   void (*)(const Tensor& y, const Tensor& stats, const Tensor& keep, const Tensor& x,
+                            const Tensor& mask, double scale, const FusedDropout& dropout));
+// ds = softmax_backward(dropout_backward(grad)) written into dx (x's dtype) as out_scale * ds;
+// `scale` is the forward's, for recomputing the probabilities.
+EMBER_DECLARE_STUB(scaled_masked_softmax_backward_stub,
+                   void (*)(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask,
+                            const Tensor& stats, const Tensor& keep, double scale, double out_scale,
+                            double dropout_scale));
+
+// What the backward reads (mask broadcast to x's shape; keep undefined without dropout).
+struct ScaledMaskedSoftmaxSaved {
+  Tensor x, mask, stats, keep;
+  DType y_dtype = DType::f32;
+};
+struct ScaledMaskedSoftmaxResult {
+  Tensor y;
+  ScaledMaskedSoftmaxSaved saved;
+};
+// x [..., len]; mask broadcastable to x (or undefined); y has dtype out_dtype.
+ScaledMaskedSoftmaxResult scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, double dropout_p,
+                                                DType out_dtype, Generator& gen = default_generator());
+// Gradient for x (x's dtype) with `out_scale` in place of the forward scale (1 gives the
+// gradient of the masked scores themselves).
+Tensor scaled_masked_softmax_backward(const Tensor& grad, const ScaledMaskedSoftmaxSaved& saved, double scale,
+                                      double out_scale, double dropout_scale);
+
+// ---- multi-head self-attention on one packed projection
+// qkv [B, L, 3E] holds [q | k | v] (E = heads * D; head h takes columns h D .. h D + D - 1 of
+// each third), contiguous, f32, bf16 or f64; mask undefined or [B, heads, L, L] through broadcast
+// strides (any floating dtype). ctx [B, L, E] (qkv's dtype) gets, for every head, the rows of
+// dropout(softmax(q k^T * scale + mask)) v, written straight into the head's columns (the heads
+// merged, no copy). The scores and probabilities of one (batch, head) pair live in a per-thread
+// buffer only: stats [B * heads * L, 2] (compute dtype) keeps each score row's max and 1 / sum
+// and keep [B, heads, L, L] (bool) the dropout mask, from which the backward recomputes them.
+EMBER_DECLARE_STUB(packed_attention_stub,
+                   void (*)(const Tensor& ctx, const Tensor& stats, const Tensor& keep, const Tensor& qkv,
+                            const Tensor& mask, int64_t heads, double scale, const FusedDropout& dropout));
+// dqkv [B, L, 3E] (qkv's dtype) from grad [B, L, E] (qkv's dtype, contiguous).
+EMBER_DECLARE_STUB(packed_attention_backward_stub, void (*)(const Tensor& dqkv, const Tensor& grad, const Tensor& qkv,
+                                                            const Tensor& mask, const Tensor& stats, const Tensor& keep,
+                                                            int64_t heads, double scale, double dropout_scale));
+
+struct PackedAttentionSaved {
+  Tensor qkv, mask, stats, keep;  // mask broadcast to [B, heads, L, L]; keep undefined without dropout
+  int64_t heads = 1;
+  double scale = 1.0;
+};
+struct PackedAttentionResult {
+  Tensor ctx;
+  PackedAttentionSaved saved;
+};
+// qkv [B, L, 3E] (f32, bf16 or f64), E divisible by heads; mask broadcastable to [B, heads, L, L].
+PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale,
+                                            double dropout_p, Generator& gen = default_generator());
+Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale);
+
+}  // namespace ember::native

@@ -1,0 +1,295 @@
+// CPU residual add + layer norm, forward and backward (core/native/fused.h).
+//
+// Each row is assembled in float directly in the saved h: x (f32, bf16 or f16) widened, the
+// optional x bias added, the dropout applied (kernels/cpu/dropout_mask.h, the stream of
+// native::dropout), the residual (f32, bf16 or f16) added; then the row statistics and y come
+// from the same row while it is in L1 (kernels/cpu/layer_norm_rows.h, shared with layer_norm).
+// Memory traffic: x and residual read once, h, y and the keep mask written once.
+//
+// Backward: rows are cut into fixed chunks; each chunk writes dresidual, dx (= dresidual through
+// the dropout) and its own partial sums for dweight, dbias and dx_bias, added in chunk order
+// afterwards, so nothing depends on the thread count. f64 runs in double, row by row.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/native/fused.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "kernels/cpu/dropout_mask.h"
+#include "kernels/cpu/layer_norm_rows.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec_half.h"
+
+namespace ember {
+namespace {
+
+using namespace cpu::vec8;
+using native::FusedDropout;
+
+constexpr int64_t kRowsPerChunk = 32;
+
+// ---- float rows of runtime-typed data (f32, bf16, f16)
+
+template <typename Fn>
+void with_lane_type(DType dt, const char* op, const Fn& fn) {
+  switch (dt) {
+    case DType::f32: return fn(type_tag<float>{});
+    case DType::bf16: return fn(type_tag<BFloat16>{});
+    case DType::f16: return fn(type_tag<Half>{});
+    default: EMBER_FAIL(op, ": unexpected dtype ", dtype_name(dt));
+  }
+}
+
+void load_row(DType dt, const void* src, float* dst, int64_t n) {
+  with_lane_type(dt, "add_layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, size_t(n) * sizeof(float));
+    else convert_row(dst, static_cast<const T*>(src), n);
+  });
+}
+
+void store_row(DType dt, void* dst, const float* src, int64_t n) {
+  with_lane_type(dt, "add_layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, size_t(n) * sizeof(float));
+    else convert_row(static_cast<T*>(dst), src, n);
+  });
+}
+
+// acc[j] += float(src[j])
+void add_row(DType dt, const void* src, float* acc, int64_t n) {
+  with_lane_type(dt, "add_layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* s = static_cast<const T*>(src);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) store8(acc + i, load8(acc + i) + load8(s + i));
+    for (; i < n; ++i) acc[i] += float(s[i]);
+  });
+}
+
+void add_float_row(float* acc, const float* b, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store8(acc + i, load8(acc + i) + load8(b + i));
+  for (; i < n; ++i) acc[i] += b[i];
+}
+
+const char* row_ptr(const Tensor& t, int64_t r, int64_t cols) {
+  return static_cast<const char*>(t.raw_data()) + r * cols * int64_t(t.element_size());
+}
+char* row_ptr_mut(const Tensor& t, int64_t r, int64_t cols) {
+  return static_cast<char*>(t.raw_data()) + r * cols * int64_t(t.element_size());
+}
+
+void forward_float(const Tensor& y, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& keep,
+                   const Tensor& x, const Tensor& residual, const Tensor& x_bias, const Tensor& weight,
+                   const Tensor& bias, double eps, const FusedDropout& d) {
+  const int64_t rows = h.shape()[0], cols = h.shape()[1];
+  const float* xb = x_bias.defined() ? x_bias.data_ptr<float>() : nullptr;
+  const float* w = weight.defined() ? weight.data_ptr<float>() : nullptr;
+  const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* hp = h.data_ptr<float>();
+  float* mp = mean.data_ptr<float>();
+  float* rp = rstd.data_ptr<float>();
+  uint8_t* kp = keep.defined() ? reinterpret_cast<uint8_t*>(keep.data_ptr<bool>()) : nullptr;
+  const uint32_t threshold = d.active() ? cpu::dropout_threshold(d.p) : 0;
+  const bool y_float = y.dtype() == DType::f32;
+  const int64_t grain = std::max<int64_t>(1, 8192 / cols);
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> out_buf(y_float ? 0 : size_t(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* hr = hp + r * cols;
+      load_row(x.dtype(), row_ptr(x, r, cols), hr, cols);
+      if (xb) add_float_row(hr, xb, cols);
+      if (kp) {
+        cpu::dropout_keep_mask(d.state, threshold, r * cols, cols, kp + r * cols);
+        cpu::apply_keep_mask(hr, hr, kp + r * cols, float(d.scale), cols);
+      }
+      add_row(residual.dtype(), row_ptr(residual, r, cols), hr, cols);
+      const cpu::RowStats st = cpu::layer_norm_row_stats(hr, cols, eps);
+      mp[r] = st.mean;
+      rp[r] = st.rstd;
+      if (y_float) {
+        cpu::layer_norm_apply_row(reinterpret_cast<float*>(row_ptr_mut(y, r, cols)), hr, cols, st, w, b);
+      } else {
+        cpu::layer_norm_apply_row(out_buf.data(), hr, cols, st, w, b);
+        store_row(y.dtype(), row_ptr_mut(y, r, cols), out_buf.data(), cols);
+      }
+    }
+  });
+}
+
+// Adds the per-chunk partial sums (nchunks rows of cols) column by column, chunks in order.
+template <typename A>
+void finish_partials(const double* part, int64_t nchunks, int64_t cols, const Tensor& out) {
+  if (!out.defined()) return;
+  A* o = out.data_ptr<A>();
+  parallel_for(0, cols, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < nchunks; ++c) s += part[size_t(c * cols + j)];
+      o[j] = A(s);
+    }
+  });
+}
+
+void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, const Tensor& dw, const Tensor& db,
+                    const Tensor& grad, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                    const Tensor& keep, double dropout_scale) {
+  const int64_t rows = h.shape()[0], cols = h.shape()[1];
+  const int64_t nchunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  // per-chunk partial sums in this thread's scratch slots 0-2 (the chunks use slots 3-6)
+  auto partial = [&](const Tensor& t, int slot) -> double* {
+    if (!t.defined()) return nullptr;
+    double* p = cpu::thread_scratch<double>(slot, size_t(nchunks * cols));
+    std::fill(p, p + nchunks * cols, 0.0);
+    return p;
+  };
+  double* dw_part = partial(dw, 0);
+  double* db_part = partial(db, 1);
+  double* dxb_part = partial(dxb, 2);
+  const float* w = weight.defined() ? weight.data_ptr<float>() : nullptr;
+  const float* hp = h.data_ptr<float>();
+  const float* mp = mean.data_ptr<float>();
+  const float* rp = rstd.data_ptr<float>();
+  const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
+  const bool want_dx = dx.defined() || dxb.defined();
+  parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+    const size_t n = static_cast<size_t>(cols);
+    float* g = cpu::thread_scratch<float>(3, n);
+    float* dh = cpu::thread_scratch<float>(4, n);
+    float* scratch = cpu::thread_scratch<float>(5, 2 * n);
+    float* dxr = cpu::thread_scratch<float>(6, n);
+    for (int64_t c = c0; c < c1; ++c) {
+      double* dwc = dw_part ? dw_part + c * cols : nullptr;
+      double* dbc = db_part ? db_part + c * cols : nullptr;
+      double* dxbc = dxb_part ? dxb_part + c * cols : nullptr;
+      for (int64_t r = c * kRowsPerChunk; r < std::min(rows, (c + 1) * kRowsPerChunk); ++r) {
+        // f32 rows are read and written in place, other dtypes through the row buffers
+        const float* gr = g;
+        if (grad.dtype() == DType::f32) gr = reinterpret_cast<const float*>(row_ptr(grad, r, cols));
+        else load_row(grad.dtype(), row_ptr(grad, r, cols), g, cols);
+        const bool dres_f32 = dres.defined() && dres.dtype() == DType::f32;
+        float* dhr = dres_f32 ? reinterpret_cast<float*>(row_ptr_mut(dres, r, cols)) : dh;
+        cpu::layer_norm_backward_row(dhr, gr, hp + r * cols, cols, {mp[r], rp[r]}, w, dwc, dbc, scratch);
+        if (dres.defined() && !dres_f32) store_row(dres.dtype(), row_ptr_mut(dres, r, cols), dhr, cols);
+        if (!want_dx) continue;
+        const float* d = dhr;
+        if (kp) {
+          // straight into dx when it is f32
+          float* out =
+              dx.defined() && dx.dtype() == DType::f32 ? reinterpret_cast<float*>(row_ptr_mut(dx, r, cols)) : dxr;
+          cpu::apply_keep_mask(out, dhr, kp + r * cols, float(dropout_scale), cols);
+          d = out;
+          if (dx.defined() && dx.dtype() != DType::f32) store_row(dx.dtype(), row_ptr_mut(dx, r, cols), d, cols);
+        } else if (dx.defined()) {
+          store_row(dx.dtype(), row_ptr_mut(dx, r, cols), d, cols);
+        }
+        if (dxbc)
+          for (int64_t j = 0; j < cols; ++j) dxbc[j] += double(d[j]);
+      }
+    }
+  });
+  finish_partials<float>(dw_part, nchunks, cols, dw);
+  finish_partials<float>(db_part, nchunks, cols, db);
+  finish_partials<float>(dxb_part, nchunks, cols, dxb);
+}
+
+// ---- f64: the same steps in double, written plainly
+
+void forward_double(const Tensor& y, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& keep,
+                    const Tensor& x, const Tensor& residual, const Tensor& x_bias, const Tensor& weight,
+                    const Tensor& bias, double eps, const FusedDropout& d) {
+  const int64_t rows = h.shape()[0], cols = h.shape()[1];
+  const double* xp = x.data_ptr<double>();
+  const double* resp = residual.data_ptr<double>();
+  const double* xb = x_bias.defined() ? x_bias.data_ptr<double>() : nullptr;
+  const double* w = weight.defined() ? weight.data_ptr<double>() : nullptr;
+  const double* b = bias.defined() ? bias.data_ptr<double>() : nullptr;
+  double* hp = h.data_ptr<double>();
+  double* yp = y.data_ptr<double>();
+  uint8_t* kp = keep.defined() ? reinterpret_cast<uint8_t*>(keep.data_ptr<bool>()) : nullptr;
+  const uint32_t threshold = d.active() ? cpu::dropout_threshold(d.p) : 0;
+  parallel_for(0, rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      double* hr = hp + r * cols;
+      if (kp) cpu::dropout_keep_mask(d.state, threshold, r * cols, cols, kp + r * cols);
+      double s = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        double v = xp[r * cols + j] + (xb ? xb[j] : 0.0);
+        if (kp) v *= kp[r * cols + j] ? d.scale : 0.0;
+        hr[j] = v + resp[r * cols + j];
+        s += hr[j];
+      }
+      const double m = s / double(cols);
+      double ss = 0;
+      for (int64_t j = 0; j < cols; ++j) ss += (hr[j] - m) * (hr[j] - m);
+      const double rs = 1.0 / std::sqrt(ss / double(cols) + eps);
+      mean.data_ptr<double>()[r] = m;
+      rstd.data_ptr<double>()[r] = rs;
+      for (int64_t j = 0; j < cols; ++j) yp[r * cols + j] = (hr[j] - m) * rs * (w ? w[j] : 1.0) + (b ? b[j] : 0.0);
+    }
+  });
+}
+
+void backward_double(const Tensor& dx, const Tensor& dres, const Tensor& dxb, const Tensor& dw, const Tensor& db,
+                     const Tensor& grad, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                     const Tensor& keep, double dropout_scale) {
+  const int64_t rows = h.shape()[0], cols = h.shape()[1];
+  const double* gp = grad.data_ptr<double>();
+  const double* hp = h.data_ptr<double>();
+  const double* w = weight.defined() ? weight.data_ptr<double>() : nullptr;
+  const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
+  const size_t n = static_cast<size_t>(cols);
+  std::vector<double> sw(n, 0.0), sb(n, 0.0), sxb(n, 0.0), dh(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double m = mean.data_ptr<double>()[r], rs = rstd.data_ptr<double>()[r];
+    const double* g = gp + r * cols;
+    const double* hr = hp + r * cols;
+    double a = 0, c = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double xhat = (hr[j] - m) * rs, gw = g[j] * (w ? w[j] : 1.0);
+      a += gw;
+      c += gw * xhat;
+      sw[size_t(j)] += g[j] * xhat;
+      sb[size_t(j)] += g[j];
+    }
+    a /= double(cols);
+    c /= double(cols);
+    for (int64_t j = 0; j < cols; ++j) {
+      const double xhat = (hr[j] - m) * rs, gw = g[j] * (w ? w[j] : 1.0);
+      dh[size_t(j)] = rs * (gw - a - xhat * c);
+      if (dres.defined()) dres.data_ptr<double>()[r * cols + j] = dh[size_t(j)];
+      const double dxv = kp ? dh[size_t(j)] * (kp[r * cols + j] ? dropout_scale : 0.0) : dh[size_t(j)];
+      if (dx.defined()) dx.data_ptr<double>()[r * cols + j] = dxv;
+      sxb[size_t(j)] += dxv;
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    if (dw.defined()) dw.data_ptr<double>()[j] = sw[size_t(j)];
+    if (db.defined()) db.data_ptr<double>()[j] = sb[size_t(j)];
+    if (dxb.defined()) dxb.data_ptr<double>()[j] = sxb[size_t(j)];
+  }
+}
+
+void add_layer_norm_cpu(const Tensor& y, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& keep,
+                        const Tensor& x, const Tensor& residual, const Tensor& x_bias, const Tensor& weight,
+                        const Tensor& bias, double eps, const FusedDropout& d) {
+  if (h.dtype() == DType::f64) forward_double(y, h, mean, rstd, keep, x, residual, x_bias, weight, bias, eps, d);
+  else forward_float(y, h, mean, rstd, keep, x, residual, x_bias, weight, bias, eps, d);
+}
+
+void add_layer_norm_backward_cpu(const Tensor& dx, const Tensor& dres, const Tensor& dxb, const Tensor& dw,
+                                 const Tensor& db, const Tensor& grad, const Tensor& h, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& weight, const Tensor& keep, double dropout_scale) {
+  if (h.dtype() == DType::f64) backward_double(dx, dres, dxb, dw, db, grad, h, mean, rstd, weight, keep, dropout_scale);
+  else backward_float(dx, dres, dxb, dw, db, grad, h, mean, rstd, weight, keep, dropout_scale);
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::add_layer_norm_stub, CPU, &add_layer_norm_cpu);
+EMBER_REGISTER_KERNEL(native::add_layer_norm_backward_stub, CPU, &add_layer_norm_backward_cpu);
+
+}  // namespace ember

@@ -1,0 +1,128 @@
+// 16-lane GELU row loops (kernels/cpu/gelu_avx512.h). Everything after the target pragma is
+// compiled for AVX-512 and lives in this file only (the formulas are included into an
+// unnamed namespace), so no AVX-512 code can stand in for a function other files share.
+#include "kernels/cpu/gelu_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/half.h"
+
+// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
+// maybe-uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+
+namespace ember::cpu {
+namespace {
+
+using Lanes = float __attribute__((vector_size(64)));
+using ULanes = uint32_t __attribute__((vector_size(64)));
+constexpr int64_t kWidth = 16;
+
+inline __m512 raw(Lanes v) { return __builtin_bit_cast(__m512, v); }
+inline Lanes lanes(__m512 v) { return __builtin_bit_cast(Lanes, v); }
+
+inline Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm512_fmadd_ps(raw(a), raw(b), raw(c))); }
+
+// e^x as vec8::exp8: 2^n e^r, n = round(x / ln 2), |r| <= ln2 / 2, a degree-6 polynomial for e^r;
+// below -87.3 exactly 0, NaN stays NaN.
+inline Lanes exp_lanes(Lanes x_in) {
+  const Lanes lo = Lanes{} - 87.3f, hi = Lanes{} + 88.0f;
+  Lanes x = x_in < lo ? lo : x_in;
+  x = x > hi ? hi : x;
+  const Lanes shifted = x * 1.44269504088896341f + 12582912.0f;
+  const Lanes n = shifted - 12582912.0f;
+  Lanes r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  Lanes p = Lanes{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Lanes er = p * r * r + r + 1.0f;
+  const ULanes pow2 = (__builtin_bit_cast(ULanes, shifted) - 0x4B400000u + 127u) << 23;
+  return x_in < lo ? Lanes{} : er * __builtin_bit_cast(Lanes, pow2);
+}
+
+#include "kernels/cpu/gelu_lanes.inc"
+
+// ---- loads and stores of the first n <= 16 elements (the rest read as 0, not written)
+
+inline __mmask16 first(int64_t n) { return n >= kWidth ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+inline Lanes load(const float* p, int64_t n) { return lanes(_mm512_maskz_loadu_ps(first(n), p)); }
+inline Lanes load(const BFloat16* p, int64_t n) {
+  const __m256i h = _mm256_maskz_loadu_epi16(first(n), p);
+  return lanes(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+inline void store(float* p, Lanes v, int64_t n) { _mm512_mask_storeu_ps(p, first(n), raw(v)); }
+// Round to nearest even, NaN kept a quiet NaN (BFloat16::from_float).
+inline void store(BFloat16* p, Lanes v, int64_t n) {
+  const ULanes u = __builtin_bit_cast(ULanes, v);
+  const ULanes rounded = (u + (0x7fffu + ((u >> 16) & 1u))) >> 16;
+  const ULanes quiet = (u >> 16) | 0x40u;
+  const ULanes r = (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+  _mm256_mask_storeu_epi16(p, first(n), _mm512_cvtepi32_epi16(__builtin_bit_cast(__m512i, r)));
+}
+
+template <bool Tanh>
+inline Lanes act(Lanes v) {
+  if constexpr (Tanh) return gelu_tanh_lanes(v);
+  else return gelu_lanes(v);
+}
+template <bool Tanh>
+inline Lanes act_grad(Lanes v) {
+  if constexpr (Tanh) return gelu_tanh_grad_lanes(v);
+  else return gelu_grad_lanes(v);
+}
+
+template <bool Tanh, typename T>
+void forward_row(T* y, const T* x, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; i += kWidth) {
+    const int64_t k = n - i;
+    Lanes v = load(x + i, k);
+    if (bias) v = v + load(bias + i, k);
+    store(y + i, act<Tanh>(v), k);
+  }
+}
+
+template <bool Tanh, typename D, typename T>
+void backward_row(D* d, const T* g, const T* x, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; i += kWidth) {
+    const int64_t k = n - i;
+    Lanes v = load(x + i, k);
+    if (bias) v = v + load(bias + i, k);
+    store(d + i, load(g + i, k) * act_grad<Tanh>(v), k);
+  }
+}
+
+}  // namespace
+
+void gelu_forward_row_avx512(float* y, const float* x, const float* bias, int64_t n, bool tanh_approx) {
+  tanh_approx ? forward_row<true>(y, x, bias, n) : forward_row<false>(y, x, bias, n);
+}
+void gelu_forward_row_avx512(BFloat16* y, const BFloat16* x, const float* bias, int64_t n, bool tanh_approx) {
+  tanh_approx ? forward_row<true>(y, x, bias, n) : forward_row<false>(y, x, bias, n);
+}
+void gelu_backward_row_avx512(float* d, const float* g, const float* x, const float* bias, int64_t n,
+                              bool tanh_approx) {
+  tanh_approx ? backward_row<true>(d, g, x, bias, n) : backward_row<false>(d, g, x, bias, n);
+}
+void gelu_backward_row_avx512(float* d, const BFloat16* g, const BFloat16* x, const float* bias, int64_t n,
+                              bool tanh_approx) {
+  tanh_approx ? backward_row<true>(d, g, x, bias, n) : backward_row<false>(d, g, x, bias, n);
+}
+void gelu_backward_row_avx512(BFloat16* d, const BFloat16* g, const BFloat16* x, const float* bias, int64_t n,
+                              bool tanh_approx) {
+  tanh_approx ? backward_row<true>(d, g, x, bias, n) : backward_row<false>(d, g, x, bias, n);
+}
+
+}  // namespace ember::cpu
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop

@@ -1,0 +1,40 @@
+// GELU (exact and tanh forms) on 8 float lanes, shared by the unary gelu kernels and the fused
+// bias + GELU kernels so both round identically; the formulas are in kernels/cpu/gelu_lanes.inc
+// (kernels/cpu/gelu_avx512.cpp runs the same ones on 16 lanes).
+#pragma once
+#include <bit>
+#include <cmath>
+
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/vec8.h"
+
+namespace ember::cpu::vec8 {
+
+using Lanes = f8;
+using ULanes = u8;
+
+// a * b + c rounded once.
+inline f8 fma_lanes(f8 a, f8 b, f8 c) {
+#if defined(__FMA__)
+  return std::bit_cast<f8>(
+      _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
+#else
+  f8 r;
+  for (int k = 0; k < kLanes; ++k) r[k] = std::fma(a[k], b[k], c[k]);
+  return r;
+#endif
+}
+
+inline f8 exp_lanes(f8 x) { return exp8(x); }
+
+#include "kernels/cpu/gelu_lanes.inc"
+
+inline f8 gelu8(f8 x) { return gelu_lanes(x); }
+inline f8 gelu_grad8(f8 x) { return gelu_grad_lanes(x); }
+inline f8 gelu_tanh8(f8 x) { return gelu_tanh_lanes(x); }
+inline f8 gelu_tanh_grad8(f8 x) { return gelu_tanh_grad_lanes(x); }
+
+}  // namespace ember::cpu::vec8

@@ -1,0 +1,114 @@
+// Layer norm of one float row, forward and backward, on 8 float lanes. Shared by the layer norm
+// kernels (f32, bf16 and f16 data are widened to float rows) and the fused residual add + layer
+// norm kernels, so both compute identically.
+//
+// Statistics take two passes over the row (mean, then the mean squared deviation), each summed in
+// float lanes that are flushed into double every 512 elements: no cancellation from a large mean,
+// and long rows keep double accuracy.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/vec8.h"
+
+namespace ember::cpu {
+
+struct RowStats {
+  float mean, rstd;
+};
+
+namespace ln_detail {
+constexpr int64_t kFlush = 64 * vec8::kLanes;
+
+// sum over i < n of term(i) (an f8 of 8 elements, or of the last n - i padded with zeros).
+template <typename Term>
+double lane_sum(int64_t n, const Term& term) {
+  using namespace vec8;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kFlush) {
+    const int64_t e = std::min(n, b + kFlush);
+    f8 acc = f8{};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes) acc += term(i, kLanes);
+    if (i < e) acc += term(i, e - i);
+    total += hsum(acc);
+  }
+  return total;
+}
+
+inline vec8::f8 load_n(const float* p, int64_t i, int64_t k) {
+  return k == vec8::kLanes ? vec8::load8(p + i) : vec8::load_tail(p + i, k, 0.0f);
+}
+}  // namespace ln_detail
+
+// Mean and 1 / sqrt(biased variance + eps) of h[0, n), n >= 1.
+inline RowStats layer_norm_row_stats(const float* h, int64_t n, double eps) {
+  using namespace vec8;
+  using ln_detail::load_n;
+  const double mean = ln_detail::lane_sum(n, [&](int64_t i, int64_t k) { return load_n(h, i, k); }) / double(n);
+  const float m = float(mean);
+  const double var = ln_detail::lane_sum(n,
+                                         [&](int64_t i, int64_t k) {
+                                           // padded lanes hold m - m = 0
+                                           const f8 d = (k == kLanes ? load8(h + i) : load_tail(h + i, k, m)) - m;
+                                           return d * d;
+                                         }) /
+                     double(n);
+  return {m, float(1.0 / std::sqrt(var + eps))};
+}
+
+// y = (h - mean) * rstd * w + b; w and b may be null (ones, zeros). y may alias h.
+inline void layer_norm_apply_row(float* y, const float* h, int64_t n, RowStats s, const float* w, const float* b) {
+  using namespace vec8;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    f8 v = (load8(h + i) - s.mean) * s.rstd;
+    if (w) v = v * load8(w + i);
+    if (b) v = v + load8(b + i);
+    store8(y + i, v);
+  }
+  for (; i < n; ++i) {
+    float v = (h[i] - s.mean) * s.rstd;
+    if (w) v = v * w[i];
+    if (b) v = v + b[i];
+    y[i] = v;
+  }
+}
+
+// From the output gradient g and the normalised input h of one row:
+//   dh = rstd * (g w - mean(g w) - xhat mean(g w xhat)),  xhat = (h - mean) * rstd,
+// and, when dw / db are not null, dw[j] += g xhat and db[j] += g (double partial sums).
+// w may be null (ones). dh may alias g. scratch holds 2 n floats. g w is rounded once into
+// scratch and reused, so a row whose terms cancel exactly (a single column, say) gives exactly 0
+// whatever the compiler contracts into FMAs.
+inline void layer_norm_backward_row(float* dh, const float* g, const float* h, int64_t n, RowStats s, const float* w,
+                                    double* dw, double* db, float* scratch) {
+  using namespace vec8;
+  using ln_detail::load_n;
+  float* xh = scratch;
+  float* gw = scratch + n;
+  {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      store8(xh + i, (load8(h + i) - s.mean) * s.rstd);
+      store8(gw + i, w ? load8(g + i) * load8(w + i) : load8(g + i));
+    }
+    for (; i < n; ++i) {
+      xh[i] = (h[i] - s.mean) * s.rstd;
+      gw[i] = w ? g[i] * w[i] : g[i];
+    }
+  }
+  const float a = float(ln_detail::lane_sum(n, [&](int64_t i, int64_t k) { return load_n(gw, i, k); }) / double(n));
+  const float c = float(
+      ln_detail::lane_sum(n, [&](int64_t i, int64_t k) { return load_n(gw, i, k) * load_n(xh, i, k); }) / double(n));
+  if (dw)
+    for (int64_t j = 0; j < n; ++j) dw[j] += double(g[j] * xh[j]);
+  if (db)
+    for (int64_t j = 0; j < n; ++j) db[j] += double(g[j]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store8(dh + i, s.rstd * (load8(gw + i) - a - load8(xh + i) * c));
+  for (; i < n; ++i) dh[i] = s.rstd * (gw[i] - a - xh[i] * c);
+}
+
+}  // namespace ember::cpu
