@@ -1,0 +1,144 @@
+// CUDA optimizer updates, one pass over each parameter: every thread reads param, grad and
+// state of its elements once and writes them once. The arithmetic is that of
+// kernels/cpu/fused_optim.cpp, operation for operation: coefficients formed in double on the
+// host and rounded once to the state's compute type, 16-bit values computed in float.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/native/fused_optim.h"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/strided_indexer.cuh"
+
+namespace ember {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
+
+template <typename A>
+struct AdamCoefficients {
+  A b1, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, scale, decay, l2;
+};
+
+// 1 - 0.999f in float would already be off by 1e-5 relative, hence double first.
+template <typename A>
+AdamCoefficients<A> adam_coefficients(const native::AdamStepArgs& a) {
+  return {A(a.beta1),
+          A(a.beta2),
+          A(1.0 - a.beta1),
+          A(1.0 - a.beta2),
+          A(a.lr / a.bias_correction1),
+          A(std::sqrt(a.bias_correction2)),
+          A(a.eps),
+          A(a.grad_scale),
+          A(a.decoupled ? 1.0 - a.lr * a.weight_decay : 1.0),
+          A(a.decoupled ? 0.0 : a.weight_decay)};
+}
+
+template <typename P, typename G>
+__global__ void adam_kernel(P* p, const G* g, P* m, P* v, AdamCoefficients<cuda::device_acc_t<P>> c, int64_t n) {
+  using A = cuda::device_acc_t<P>;
+  using CP = cuda::Acc<P>;
+  using CG = cuda::Acc<G>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    A pi = CP::load(p[i]);
+    const A gi = A(CG::load(g[i])) * c.scale + c.l2 * pi;
+    const A mi = c.b1 * CP::load(m[i]) + c.one_minus_b1 * gi;
+    const A vi = c.b2 * CP::load(v[i]) + c.one_minus_b2 * gi * gi;
+    pi = pi * c.decay - c.step_size * mi / (d_sqrt(vi) / c.bc2_sqrt + c.eps);
+    p[i] = CP::store(pi);
+    m[i] = CP::store(mi);
+    v[i] = CP::store(vi);
+  }
+}
+
+template <typename A>
+struct SgdCoefficients {
+  A lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
+// mb == nullptr: no momentum.
+template <typename P, typename G>
+__global__ void sgd_kernel(P* p, const G* g, P* mb, SgdCoefficients<cuda::device_acc_t<P>> c, int64_t n) {
+  using A = cuda::device_acc_t<P>;
+  using CP = cuda::Acc<P>;
+  using CG = cuda::Acc<G>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const A pi = CP::load(p[i]);
+    A d = A(CG::load(g[i])) + c.weight_decay * pi;
+    if (mb) {
+      const A mi = c.first_step ? d : c.momentum * CP::load(mb[i]) + c.one_minus_dampening * d;
+      mb[i] = CP::store(mi);
+      d = c.nesterov ? d + c.momentum * mi : mi;
+    }
+    p[i] = CP::store(pi - c.lr * d);
+  }
+}
+
+// Calls fn(type_tag<P>, type_tag<G>) for the floating dtypes of param and grad.
+template <typename Fn>
+void visit_param_and_grad(DType param, DType grad, const char* op, const Fn& fn) {
+  cuda::visit_device_type(param, op, [&](auto ptag) {
+    using P = typename decltype(ptag)::type;
+    if constexpr (std::is_integral_v<P>) {
+      EMBER_FAIL(op, ": expected a floating-point parameter, got ", dtype_name(param));
+    } else {
+      cuda::visit_device_type(grad, op, [&](auto gtag) {
+        using G = typename decltype(gtag)::type;
+        if constexpr (std::is_integral_v<G>) {
+          EMBER_FAIL(op, ": expected a floating-point gradient, got ", dtype_name(grad));
+        } else {
+          fn(ptag, gtag);
+        }
+      });
+    }
+  });
+}
+
+void adam_cuda(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+               const native::AdamStepArgs& args) {
+  EMBER_CHECK(m.dtype() == param.dtype() && v.dtype() == param.dtype(), "adam_step: optimizer state dtype ",
+              dtype_name(m.dtype()), " differs from parameter dtype ", dtype_name(param.dtype()));
+  cuda::DeviceGuard guard(param.device(), "adam_step");
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  visit_param_and_grad(param.dtype(), grad.dtype(), "adam_step", [&](auto ptag, auto gtag) {
+    using P = typename decltype(ptag)::type;
+    using G = typename decltype(gtag)::type;
+    const auto c = adam_coefficients<cuda::device_acc_t<P>>(args);
+    adam_kernel<P, G><<<cuda::grid_for(n, kThreads), kThreads, 0, cuda::current_stream()>>>(
+        static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()), static_cast<P*>(m.raw_data()),
+        static_cast<P*>(v.raw_data()), c, n);
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void sgd_cuda(const Tensor& param, const Tensor& grad, const Tensor& buf, const native::SgdStepArgs& a) {
+  EMBER_CHECK(!buf.defined() || buf.dtype() == param.dtype(), "sgd_step: momentum buffer dtype ",
+              dtype_name(buf.dtype()), " differs from parameter dtype ", dtype_name(param.dtype()));
+  cuda::DeviceGuard guard(param.device(), "sgd_step");
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  visit_param_and_grad(param.dtype(), grad.dtype(), "sgd_step", [&](auto ptag, auto gtag) {
+    using P = typename decltype(ptag)::type;
+    using G = typename decltype(gtag)::type;
+    using A = cuda::device_acc_t<P>;
+    const SgdCoefficients<A> c{A(a.lr), A(a.momentum), A(1.0 - a.dampening), A(a.weight_decay), a.nesterov,
+                               a.first_step};
+    sgd_kernel<P, G><<<cuda::grid_for(n, kThreads), kThreads, 0, cuda::current_stream()>>>(
+        static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()),
+        buf.defined() ? static_cast<P*>(buf.raw_data()) : nullptr, c, n);
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::adam_step_stub, CUDA, &adam_cuda);
+EMBER_REGISTER_KERNEL(native::sgd_step_stub, CUDA, &sgd_cuda);
+
+}  // namespace ember
