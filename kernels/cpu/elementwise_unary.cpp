@@ -22,6 +22,7 @@
 #include "kernels/cpu/gelu_avx512.h"
 #include "kernels/cpu/gelu_math.h"
 #include "kernels/cpu/vec_half.h"
+#include "kernels/shared/unary_fn.h"
 
 // The approximations must inline into the loops to vectorise; GCC's size heuristics would
 // otherwise keep them out of line once they have many callers.
@@ -124,7 +125,7 @@ template <typename T> T int_upper_bound(double hi) {
 }
 
 // The element functions, one per kernel (pow with exponents 1 and 2 gets its own cheap form).
-enum class Fn { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Abs, Identity, Square, Pow, Clamp };
+using Fn = kernels::UnaryFn;
 
 // f(v); a and b are pow's exponent or clamp's bounds.
 template <Fn F, typename A>
@@ -271,38 +272,6 @@ void gelu_backward_kernel(const Tensor& gi, const Tensor& go, const Tensor& x) {
   });
 }
 
-// The element function of `op` for these parameters.
-Fn select_fn(UnaryOp op, UnaryParams p) {
-  switch (op) {
-    case UnaryOp::Neg: return Fn::Neg;
-    case UnaryOp::Exp: return Fn::Exp;
-    case UnaryOp::Log: return Fn::Log;
-    case UnaryOp::Sqrt: return Fn::Sqrt;
-    case UnaryOp::Rsqrt: return Fn::Rsqrt;
-    case UnaryOp::Tanh: return Fn::Tanh;
-    case UnaryOp::Sigmoid: return Fn::Sigmoid;
-    case UnaryOp::Relu: return Fn::Relu;
-    case UnaryOp::Gelu: return Fn::Gelu;
-    case UnaryOp::GeluTanh: return Fn::GeluTanh;
-    case UnaryOp::Abs: return Fn::Abs;
-    case UnaryOp::PowScalar: return p.a == 1.0 ? Fn::Identity : p.a == 2.0 ? Fn::Square : Fn::Pow;
-    case UnaryOp::Clamp: return Fn::Clamp;
-  }
-  EMBER_FAIL(native::op_name(op), ": unknown unary op");
-}
-
-// Calls run(std::integral_constant<Fn, F>) for the runtime value f.
-template <typename Run>
-void with_fn(Fn f, const Run& run) {
-  switch (f) {
-#define EMBER_FN_CASE(name) \
-  case Fn::name: return run(std::integral_constant<Fn, Fn::name>{});
-    EMBER_FN_CASE(Neg) EMBER_FN_CASE(Exp) EMBER_FN_CASE(Log) EMBER_FN_CASE(Sqrt) EMBER_FN_CASE(Rsqrt)
-    EMBER_FN_CASE(Tanh) EMBER_FN_CASE(Sigmoid) EMBER_FN_CASE(Relu) EMBER_FN_CASE(Gelu) EMBER_FN_CASE(GeluTanh)
-    EMBER_FN_CASE(Abs) EMBER_FN_CASE(Identity) EMBER_FN_CASE(Square) EMBER_FN_CASE(Pow) EMBER_FN_CASE(Clamp)
-#undef EMBER_FN_CASE
-  }
-}
 
 template <typename T>
 void integer_unary(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
@@ -327,7 +296,8 @@ void unary_cpu(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
       if constexpr (is_lane_type_v<T>) {
         if (op == UnaryOp::Gelu) return gelu_forward_kernel<T>(out, x);
       }
-      with_fn(select_fn(op, p), [&](auto f) { forward_kernel<T, decltype(f)::value>(out, x, A(p.a), A(p.b)); });
+      kernels::with_unary_fn(kernels::select_unary_fn(op, p),
+                             [&](auto f) { forward_kernel<T, decltype(f)::value>(out, x, A(p.a), A(p.b)); });
     }
   });
 }
@@ -340,7 +310,7 @@ void unary_backward_cpu(UnaryOp op, const Tensor& grad_in, const Tensor& grad_ou
     if constexpr (is_lane_type_v<T>) {
       if (op == UnaryOp::Gelu) return gelu_backward_kernel<T>(grad_in, grad_out, saved);
     }
-    with_fn(select_fn(op, p), [&](auto f) {
+    kernels::with_unary_fn(kernels::select_unary_fn(op, p), [&](auto f) {
       backward_kernel<T, decltype(f)::value>(grad_in, grad_out, saved, A(p.a), A(p.b));
     });
   });

@@ -8,36 +8,18 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/vec_half.h"
+#include "kernels/shared/adam_coefficients.h"
 
 namespace ember {
 namespace {
 
+template <typename A>
+using AdamCoefficients = kernels::AdamCoefficients<A>;
+
 // The update of one element, in A = acc_t<P>. The vector loop below computes the same
 // operations in the same order, lane by lane, so every element rounds identically.
-struct AdamCoefficients {
-  template <typename A>
-  struct Of {
-    A b1, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, scale, decay, l2;
-  };
-  // Coefficients are formed in double and rounded once, as PyTorch does: 1 - 0.999f in float
-  // would already be off by 1e-5 relative.
-  template <typename A>
-  static Of<A> make(const native::AdamStepArgs& a) {
-    return {A(a.beta1),
-            A(a.beta2),
-            A(1.0 - a.beta1),
-            A(1.0 - a.beta2),
-            A(a.lr / a.bias_correction1),
-            A(std::sqrt(a.bias_correction2)),
-            A(a.eps),
-            A(a.grad_scale),
-            A(a.decoupled ? 1.0 - a.lr * a.weight_decay : 1.0),
-            A(a.decoupled ? 0.0 : a.weight_decay)};
-  }
-};
-
 template <typename P, typename G>
-void adam_scalar(P* p, const G* g, P* m, P* v, int64_t b, int64_t e, const AdamCoefficients::Of<acc_t<P>>& c) {
+void adam_scalar(P* p, const G* g, P* m, P* v, int64_t b, int64_t e, const AdamCoefficients<acc_t<P>>& c) {
   using A = acc_t<P>;
   for (int64_t i = b; i < e; ++i) {
     A pi = A(p[i]);
@@ -55,7 +37,7 @@ void adam_scalar(P* p, const G* g, P* m, P* v, int64_t b, int64_t e, const AdamC
 // f32 state, any floating gradient: 8 elements per step, one read and one write of each array.
 template <typename G>
 void adam_f32_vector(float* p, const G* g, float* m, float* v, int64_t b, int64_t e,
-                     const AdamCoefficients::Of<float>& c) {
+                     const AdamCoefficients<float>& c) {
   using namespace cpu::vec8;
   int64_t i = b;
   for (; i + kLanes <= e; i += kLanes) {
@@ -76,7 +58,7 @@ void adam_f32_vector(float* p, const G* g, float* m, float* v, int64_t b, int64_
 template <typename P, typename G>
 void adam_loop(P* p, const G* g, P* m, P* v, int64_t n, const native::AdamStepArgs& a) {
   using A = acc_t<P>;
-  const auto c = AdamCoefficients::make<A>(a);
+  const auto c = kernels::adam_coefficients<A>(a);
   parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
 #if defined(__AVX2__)
     if constexpr (std::is_same_v<P, float> && !std::is_same_v<G, double>) {

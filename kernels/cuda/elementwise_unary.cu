@@ -13,6 +13,7 @@
 #include "core/native/elementwise.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
+#include "kernels/shared/unary_fn.h"
 
 namespace ember {
 namespace {
@@ -22,7 +23,7 @@ using native::UnaryParams;
 constexpr int kThreads = 256;
 
 // The element functions (pow with exponents 1 and 2 gets its own cheap form).
-enum class Fn : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Abs, Identity, Square, Pow, Clamp };
+using Fn = kernels::UnaryFn;
 
 // ---- float/double math by overload, so one template serves both precisions
 __device__ __forceinline__ float d_exp(float x) { return expf(x); }
@@ -189,37 +190,6 @@ constexpr bool vectorisable_v =
 
 bool flat(const Tensor& t) { return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
 
-Fn select_fn(UnaryOp op, UnaryParams p) {
-  switch (op) {
-    case UnaryOp::Neg: return Fn::Neg;
-    case UnaryOp::Exp: return Fn::Exp;
-    case UnaryOp::Log: return Fn::Log;
-    case UnaryOp::Sqrt: return Fn::Sqrt;
-    case UnaryOp::Rsqrt: return Fn::Rsqrt;
-    case UnaryOp::Tanh: return Fn::Tanh;
-    case UnaryOp::Sigmoid: return Fn::Sigmoid;
-    case UnaryOp::Relu: return Fn::Relu;
-    case UnaryOp::Gelu: return Fn::Gelu;
-    case UnaryOp::GeluTanh: return Fn::GeluTanh;
-    case UnaryOp::Abs: return Fn::Abs;
-    case UnaryOp::PowScalar: return p.a == 1.0 ? Fn::Identity : p.a == 2.0 ? Fn::Square : Fn::Pow;
-    case UnaryOp::Clamp: return Fn::Clamp;
-  }
-  EMBER_FAIL(native::op_name(op), ": unknown unary op");
-}
-
-// Calls run(std::integral_constant<Fn, F>) for the runtime value f.
-template <typename Run>
-void with_fn(Fn f, const Run& run) {
-  switch (f) {
-#define EMBER_FN_CASE(name) \
-  case Fn::name: return run(std::integral_constant<Fn, Fn::name>{});
-    EMBER_FN_CASE(Neg) EMBER_FN_CASE(Exp) EMBER_FN_CASE(Log) EMBER_FN_CASE(Sqrt) EMBER_FN_CASE(Rsqrt)
-    EMBER_FN_CASE(Tanh) EMBER_FN_CASE(Sigmoid) EMBER_FN_CASE(Relu) EMBER_FN_CASE(Gelu) EMBER_FN_CASE(GeluTanh)
-    EMBER_FN_CASE(Abs) EMBER_FN_CASE(Identity) EMBER_FN_CASE(Square) EMBER_FN_CASE(Pow) EMBER_FN_CASE(Clamp)
-#undef EMBER_FN_CASE
-  }
-}
 
 // Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
 template <typename T> T int_lower_bound(double lo) {
@@ -242,7 +212,7 @@ void run_forward(Fn f, const Tensor& out, const Tensor& x, cuda::device_acc_t<T>
       constexpr int V = 16 / sizeof(T);
       T* po = static_cast<T*>(out.raw_data());
       const T* px = static_cast<const T*>(x.raw_data());
-      with_fn(f, [&](auto fc) {
+      kernels::with_unary_fn(f, [&](auto fc) {
         forward_vec_kernel<T, decltype(fc)::value>
             <<<cuda::grid_for((n + V - 1) / V, kThreads), kThreads, 0, stream>>>(po, px, a, b, n);
       });
@@ -269,7 +239,7 @@ void run_backward(Fn f, const Tensor& gi, const Tensor& go, const Tensor& saved,
       T* pi = static_cast<T*>(gi.raw_data());
       const T* pg = static_cast<const T*>(go.raw_data());
       const T* ps = static_cast<const T*>(saved.raw_data());
-      with_fn(f, [&](auto fc) {
+      kernels::with_unary_fn(f, [&](auto fc) {
         backward_vec_kernel<T, decltype(fc)::value>
             <<<cuda::grid_for((n + V - 1) / V, kThreads), kThreads, 0, stream>>>(pi, pg, ps, a, b, n);
       });
@@ -305,7 +275,7 @@ void unary_cuda(UnaryOp op, const Tensor& out, const Tensor& x, UnaryParams p) {
       }
     } else {
       using A = cuda::device_acc_t<T>;
-      run_forward<T>(select_fn(op, p), out, x, A(p.a), A(p.b));
+      run_forward<T>(kernels::select_unary_fn(op, p), out, x, A(p.a), A(p.b));
     }
   });
 }
@@ -321,7 +291,7 @@ void unary_backward_cuda(UnaryOp op, const Tensor& grad_in, const Tensor& grad_o
       EMBER_FAIL(name, " backward: expected a floating-point tensor, got ", dtype_name(grad_in.dtype()));
     } else {
       using A = cuda::device_acc_t<T>;
-      run_backward<T>(select_fn(op, p), grad_in, grad_out, saved, A(p.a), A(p.b));
+      run_backward<T>(kernels::select_unary_fn(op, p), grad_in, grad_out, saved, A(p.a), A(p.b));
     }
   });
 }

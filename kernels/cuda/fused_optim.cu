@@ -9,6 +9,7 @@
 #include "core/native/fused_optim.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
+#include "kernels/shared/adam_coefficients.h"
 
 namespace ember {
 namespace {
@@ -19,24 +20,7 @@ __device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
 
 template <typename A>
-struct AdamCoefficients {
-  A b1, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, scale, decay, l2;
-};
-
-// 1 - 0.999f in float would already be off by 1e-5 relative, hence double first.
-template <typename A>
-AdamCoefficients<A> adam_coefficients(const native::AdamStepArgs& a) {
-  return {A(a.beta1),
-          A(a.beta2),
-          A(1.0 - a.beta1),
-          A(1.0 - a.beta2),
-          A(a.lr / a.bias_correction1),
-          A(std::sqrt(a.bias_correction2)),
-          A(a.eps),
-          A(a.grad_scale),
-          A(a.decoupled ? 1.0 - a.lr * a.weight_decay : 1.0),
-          A(a.decoupled ? 0.0 : a.weight_decay)};
-}
+using AdamCoefficients = kernels::AdamCoefficients<A>;
 
 template <typename P, typename G>
 __global__ void adam_kernel(P* p, const G* g, P* m, P* v, AdamCoefficients<cuda::device_acc_t<P>> c, int64_t n) {
@@ -109,7 +93,7 @@ void adam_cuda(const Tensor& param, const Tensor& grad, const Tensor& m, const T
   visit_param_and_grad(param.dtype(), grad.dtype(), "adam_step", [&](auto ptag, auto gtag) {
     using P = typename decltype(ptag)::type;
     using G = typename decltype(gtag)::type;
-    const auto c = adam_coefficients<cuda::device_acc_t<P>>(args);
+    const auto c = kernels::adam_coefficients<cuda::device_acc_t<P>>(args);
     adam_kernel<P, G><<<cuda::grid_for(n, kThreads), kThreads, 0, cuda::current_stream()>>>(
         static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()), static_cast<P*>(m.raw_data()),
         static_cast<P*>(v.raw_data()), c, n);
