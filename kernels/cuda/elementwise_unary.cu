@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/native/elementwise.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
 #include "kernels/shared/unary_fn.h"
@@ -25,19 +26,6 @@ constexpr int kThreads = 256;
 // The element functions (pow with exponents 1 and 2 gets its own cheap form).
 using Fn = kernels::UnaryFn;
 
-// ---- float/double math by overload, so one template serves both precisions
-__device__ __forceinline__ float d_exp(float x) { return expf(x); }
-__device__ __forceinline__ double d_exp(double x) { return exp(x); }
-__device__ __forceinline__ float d_log(float x) { return logf(x); }
-__device__ __forceinline__ double d_log(double x) { return log(x); }
-__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float d_erfc(float x) { return erfcf(x); }
-__device__ __forceinline__ double d_erfc(double x) { return erfc(x); }
-__device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float d_fabs(float x) { return fabsf(x); }
 __device__ __forceinline__ double d_fabs(double x) { return fabs(x); }
 
@@ -189,7 +177,6 @@ constexpr bool vectorisable_v =
     std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
 bool flat(const Tensor& t) { return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
-
 
 // Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
 template <typename T> T int_lower_bound(double lo) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/native/fused_optim.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
 #include "kernels/shared/adam_coefficients.h"
@@ -15,9 +16,6 @@ namespace ember {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
 
 template <typename A>
 using AdamCoefficients = kernels::AdamCoefficients<A>;

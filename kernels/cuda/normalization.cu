@@ -1,0 +1,413 @@
+// CUDA softmax, log-softmax and layer norm, forward and backward, on the stubs of
+// core/native/normalization.h. Semantics match kernels/cpu/softmax.cpp and layer_norm.cpp:
+// 16-bit types compute in float, the row max is subtracted before exp, and a NaN anywhere in
+// a softmax row makes the whole row NaN.
+//
+// Rows (softmax with inner == 1, every layer-norm row) go to one warp each when they are short
+// and to one block each when they are long; sums and maxima are warp-shuffle reductions
+// (joined through shared memory across the warps of a block). Softmax along a non-last dim
+// gives each thread one column of the [outer, len, inner] view: neighbouring threads read
+// neighbouring elements, so the strided walk down a column stays coalesced. dweight and dbias
+// are column sums over the rows, each block owning 32 columns, so no atomics are needed and
+// the results do not change from run to run.
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "core/native/normalization.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/strided_indexer.cuh"
+
+namespace ember {
+namespace {
+
+using native::SoftmaxGeometry;
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 256;          // warp-per-row kernels: 8 rows per block
+constexpr int kRowThreads = 512;       // block-per-row kernels
+constexpr int64_t kWarpRowMax = 1024;  // longer rows get a whole block
+constexpr int kColTileY = 16;          // rows walked in parallel by the column-sum kernel
+
+template <typename T>
+constexpr bool is_device_float_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                   std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+struct Sum {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+// Max that keeps NaN: once either side is NaN the result is.
+struct MaxNan {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const {
+    return (a != a || b != b) ? (a != a ? a : b) : (b > a ? b : a);
+  }
+};
+
+template <typename A, typename Op>
+__device__ __forceinline__ A warp_reduce(A v, Op op) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The threads that share one row: a warp, or the whole block. Every member gets the reduction.
+template <bool kBlock> struct RowTeam;
+
+template <> struct RowTeam<false> {
+  static __device__ __forceinline__ int64_t first() {
+    return int64_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  }
+  static __device__ __forceinline__ int64_t step() { return int64_t(gridDim.x) * (blockDim.x / kWarp); }
+  static __device__ __forceinline__ int lane() { return int(threadIdx.x % kWarp); }
+  static __device__ __forceinline__ int width() { return kWarp; }
+  template <typename A, typename Op> static __device__ __forceinline__ A reduce(A v, Op op, A) {
+    return warp_reduce(v, op);
+  }
+};
+
+template <> struct RowTeam<true> {
+  static __device__ __forceinline__ int64_t first() { return blockIdx.x; }
+  static __device__ __forceinline__ int64_t step() { return gridDim.x; }
+  static __device__ __forceinline__ int lane() { return int(threadIdx.x); }
+  static __device__ __forceinline__ int width() { return int(blockDim.x); }
+  template <typename A, typename Op> static __device__ __forceinline__ A reduce(A v, Op op, A identity) {
+    __shared__ A partial[kWarp];
+    const int lane_in_warp = int(threadIdx.x % kWarp), warp = int(threadIdx.x / kWarp);
+    const int warps = int(blockDim.x / kWarp);
+    v = warp_reduce(v, op);
+    __syncthreads();  // the previous reduction's readers are done with `partial`
+    if (lane_in_warp == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane_in_warp < warps ? partial[lane_in_warp] : identity;
+    return warp_reduce(v, op);
+  }
+};
+
+template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+
+// ---- softmax over rows (inner == 1)
+
+template <typename T, bool kBlock>
+__global__ void softmax_rows_kernel(T* out, const T* x, int64_t rows, int64_t len, bool log) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  using Team = RowTeam<kBlock>;
+  for (int64_t r = Team::first(); r < rows; r += Team::step()) {
+    const T* xr = x + r * len;
+    T* yr = out + r * len;
+    A m = neg_inf<A>();
+    for (int64_t i = Team::lane(); i < len; i += Team::width()) m = MaxNan{}(m, C::load(xr[i]));
+    m = Team::reduce(m, MaxNan{}, neg_inf<A>());
+    A s = A(0);
+    for (int64_t i = Team::lane(); i < len; i += Team::width()) s += d_exp(C::load(xr[i]) - m);
+    s = Team::reduce(s, Sum{}, A(0));
+    if (log) {
+      const A log_sum = d_log(s);
+      for (int64_t i = Team::lane(); i < len; i += Team::width()) yr[i] = C::store((C::load(xr[i]) - m) - log_sum);
+    } else {
+      const A inv = A(1) / s;
+      for (int64_t i = Team::lane(); i < len; i += Team::width()) yr[i] = C::store(d_exp(C::load(xr[i]) - m) * inv);
+    }
+  }
+}
+
+template <typename T, bool kBlock>
+__global__ void softmax_backward_rows_kernel(T* gi, const T* go, const T* y, int64_t rows, int64_t len, bool log) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  using Team = RowTeam<kBlock>;
+  for (int64_t r = Team::first(); r < rows; r += Team::step()) {
+    const int64_t base = r * len;
+    A s = A(0);
+    for (int64_t i = Team::lane(); i < len; i += Team::width())
+      s += log ? C::load(go[base + i]) : C::load(go[base + i]) * C::load(y[base + i]);
+    s = Team::reduce(s, Sum{}, A(0));
+    for (int64_t i = Team::lane(); i < len; i += Team::width()) {
+      const A g = C::load(go[base + i]), yv = C::load(y[base + i]);
+      gi[base + i] = C::store(log ? g - d_exp(yv) * s : yv * (g - s));
+    }
+  }
+}
+
+// ---- softmax along a non-last dim: one thread per (outer, inner) column
+
+template <typename T>
+__global__ void softmax_cols_kernel(T* out, const T* x, int64_t outer, int64_t len, int64_t inner, bool log) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  const int64_t columns = outer * inner;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (c / inner) * len * inner + c % inner;
+    A m = neg_inf<A>();
+    for (int64_t i = 0; i < len; ++i) m = MaxNan{}(m, C::load(x[base + i * inner]));
+    A s = A(0);
+    for (int64_t i = 0; i < len; ++i) s += d_exp(C::load(x[base + i * inner]) - m);
+    if (log) {
+      const A log_sum = d_log(s);
+      for (int64_t i = 0; i < len; ++i) out[base + i * inner] = C::store((C::load(x[base + i * inner]) - m) - log_sum);
+    } else {
+      const A inv = A(1) / s;
+      for (int64_t i = 0; i < len; ++i) out[base + i * inner] = C::store(d_exp(C::load(x[base + i * inner]) - m) * inv);
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_cols_kernel(T* gi, const T* go, const T* y, int64_t outer, int64_t len,
+                                             int64_t inner, bool log) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  const int64_t columns = outer * inner;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (c / inner) * len * inner + c % inner;
+    A s = A(0);
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t k = base + i * inner;
+      s += log ? C::load(go[k]) : C::load(go[k]) * C::load(y[k]);
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t k = base + i * inner;
+      const A g = C::load(go[k]), yv = C::load(y[k]);
+      gi[k] = C::store(log ? g - d_exp(yv) * s : yv * (g - s));
+    }
+  }
+}
+
+// ---- layer norm
+
+// Statistics in two passes over the row (mean, then squared deviations): no cancellation.
+template <typename T, bool kBlock>
+__global__ void layer_norm_rows_kernel(T* y, cuda::device_acc_t<T>* mean_out, cuda::device_acc_t<T>* rstd_out,
+                                       const T* x, const cuda::device_acc_t<T>* w, const cuda::device_acc_t<T>* b,
+                                       int64_t rows, int64_t cols, cuda::device_acc_t<T> eps) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  using Team = RowTeam<kBlock>;
+  const A inv_cols = A(1) / A(cols);
+  for (int64_t r = Team::first(); r < rows; r += Team::step()) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    A s = A(0);
+    for (int64_t i = Team::lane(); i < cols; i += Team::width()) s += C::load(xr[i]);
+    const A mean = Team::reduce(s, Sum{}, A(0)) * inv_cols;
+    A ss = A(0);
+    for (int64_t i = Team::lane(); i < cols; i += Team::width()) {
+      const A d = C::load(xr[i]) - mean;
+      ss += d * d;
+    }
+    const A var = Team::reduce(ss, Sum{}, A(0)) * inv_cols;
+    const A rstd = A(1) / d_sqrt(var + eps);
+    if (Team::lane() == 0) {
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+    for (int64_t i = Team::lane(); i < cols; i += Team::width()) {
+      A h = (C::load(xr[i]) - mean) * rstd;
+      if (w) h *= w[i];
+      if (b) h += b[i];
+      yr[i] = C::store(h);
+    }
+  }
+}
+
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat))
+template <typename T, bool kBlock>
+__global__ void layer_norm_dx_rows_kernel(T* dx, const T* g, const T* x, const cuda::device_acc_t<T>* mean,
+                                          const cuda::device_acc_t<T>* rstd, const cuda::device_acc_t<T>* w,
+                                          int64_t rows, int64_t cols) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  using Team = RowTeam<kBlock>;
+  const A inv_cols = A(1) / A(cols);
+  for (int64_t r = Team::first(); r < rows; r += Team::step()) {
+    const int64_t base = r * cols;
+    const A m = mean[r], rs = rstd[r];
+    A sum_gw = A(0), sum_gw_xhat = A(0);
+    for (int64_t i = Team::lane(); i < cols; i += Team::width()) {
+      const A gw = w ? C::load(g[base + i]) * w[i] : C::load(g[base + i]);
+      sum_gw += gw;
+      sum_gw_xhat += gw * ((C::load(x[base + i]) - m) * rs);
+    }
+    const A a = Team::reduce(sum_gw, Sum{}, A(0)) * inv_cols;
+    const A c = Team::reduce(sum_gw_xhat, Sum{}, A(0)) * inv_cols;
+    for (int64_t i = Team::lane(); i < cols; i += Team::width()) {
+      const A gw = w ? C::load(g[base + i]) * w[i] : C::load(g[base + i]);
+      const A xhat = (C::load(x[base + i]) - m) * rs;
+      dx[base + i] = C::store(rs * (gw - a - xhat * c));
+    }
+  }
+}
+
+// dweight = sum_rows g*xhat, dbias = sum_rows g. Block (32, kColTileY): x picks the column,
+// y strides down the rows; the kColTileY partial sums are added in a fixed order.
+template <typename T>
+__global__ void layer_norm_param_grads_kernel(cuda::device_acc_t<T>* dw, cuda::device_acc_t<T>* db, const T* g,
+                                              const T* x, const cuda::device_acc_t<T>* mean,
+                                              const cuda::device_acc_t<T>* rstd, int64_t rows, int64_t cols) {
+  using A = cuda::device_acc_t<T>;
+  using C = cuda::Acc<T>;
+  __shared__ A part_w[kColTileY][kWarp + 1];
+  __shared__ A part_b[kColTileY][kWarp + 1];
+  const int64_t j = int64_t(blockIdx.x) * kWarp + threadIdx.x;
+  A acc_w = A(0), acc_b = A(0);
+  if (j < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kColTileY) {
+      const A gv = C::load(g[r * cols + j]);
+      acc_b += gv;
+      if (dw) acc_w += gv * ((C::load(x[r * cols + j]) - mean[r]) * rstd[r]);
+    }
+  }
+  part_w[threadIdx.y][threadIdx.x] = acc_w;
+  part_b[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    A tw = A(0), tb = A(0);
+    for (int k = 0; k < kColTileY; ++k) {
+      tw += part_w[k][threadIdx.x];
+      tb += part_b[k][threadIdx.x];
+    }
+    if (dw) dw[j] = tw;
+    if (db) db[j] = tb;
+  }
+}
+
+// ---- host side
+
+template <typename F>
+void visit_float_type(DType dt, const char* op, F&& fn) {
+  cuda::visit_device_type(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_device_float_v<T>) {
+      fn(tag);
+    } else {
+      EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(dt));
+    }
+  });
+}
+
+// Launches a per-row kernel, a warp per row for short rows and a block per row for long ones.
+template <typename Launch>
+void launch_rows(int64_t rows, int64_t len, Launch&& launch) {
+  if (len <= kWarpRowMax) {
+    launch(std::false_type{}, cuda::grid_for(rows * kWarp, kThreads), kThreads);
+  } else {
+    launch(std::true_type{}, cuda::grid_for(rows * kRowThreads, kRowThreads), kRowThreads);
+  }
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_cuda(const Tensor& out, const Tensor& x, const SoftmaxGeometry& g, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  cuda::DeviceGuard guard(out.device(), name);
+  if (g.outer == 0 || g.len == 0 || g.inner == 0) return;
+  const cudaStream_t stream = cuda::current_stream();
+  visit_float_type(x.dtype(), name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* po = static_cast<T*>(out.raw_data());
+    const T* px = static_cast<const T*>(x.raw_data());
+    if (g.inner == 1) {
+      launch_rows(g.outer, g.len, [&](auto block, unsigned grid, int threads) {
+        softmax_rows_kernel<T, decltype(block)::value><<<grid, threads, 0, stream>>>(po, px, g.outer, g.len, log);
+      });
+    } else {
+      softmax_cols_kernel<T><<<cuda::grid_for(g.outer * g.inner, kThreads), kThreads, 0, stream>>>(
+          po, px, g.outer, g.len, g.inner, log);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+void softmax_backward_cuda(const Tensor& grad_in, const Tensor& grad_out, const Tensor& y, const SoftmaxGeometry& g,
+                           bool log) {
+  const char* name = log ? "log_softmax_backward" : "softmax_backward";
+  cuda::DeviceGuard guard(grad_in.device(), name);
+  if (g.outer == 0 || g.len == 0 || g.inner == 0) return;
+  const cudaStream_t stream = cuda::current_stream();
+  visit_float_type(y.dtype(), name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* pi = static_cast<T*>(grad_in.raw_data());
+    const T* pg = static_cast<const T*>(grad_out.raw_data());
+    const T* py = static_cast<const T*>(y.raw_data());
+    if (g.inner == 1) {
+      launch_rows(g.outer, g.len, [&](auto block, unsigned grid, int threads) {
+        softmax_backward_rows_kernel<T, decltype(block)::value>
+            <<<grid, threads, 0, stream>>>(pi, pg, py, g.outer, g.len, log);
+      });
+    } else {
+      softmax_backward_cols_kernel<T><<<cuda::grid_for(g.outer * g.inner, kThreads), kThreads, 0, stream>>>(
+          pi, pg, py, g.outer, g.len, g.inner, log);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+template <typename A> const A* optional_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const A*>(t.raw_data()) : nullptr;
+}
+template <typename A> A* optional_mut_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<A*>(t.raw_data()) : nullptr;
+}
+
+void layer_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                     const Tensor& bias, int64_t rows, int64_t cols, double eps) {
+  cuda::DeviceGuard guard(y.device(), "layer_norm");
+  if (rows == 0 || cols == 0) return;
+  const cudaStream_t stream = cuda::current_stream();
+  visit_float_type(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = cuda::device_acc_t<T>;
+    T* py = static_cast<T*>(y.raw_data());
+    A* pm = static_cast<A*>(mean.raw_data());
+    A* pr = static_cast<A*>(rstd.raw_data());
+    const T* px = static_cast<const T*>(x.raw_data());
+    const A* pw = optional_ptr<A>(weight);
+    const A* pb = optional_ptr<A>(bias);
+    launch_rows(rows, cols, [&](auto block, unsigned grid, int threads) {
+      layer_norm_rows_kernel<T, decltype(block)::value>
+          <<<grid, threads, 0, stream>>>(py, pm, pr, px, pw, pb, rows, cols, A(eps));
+    });
+  });
+}
+
+void layer_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad,
+                              const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                              int64_t rows, int64_t cols) {
+  const Tensor& any = dx.defined() ? dx : (dweight.defined() ? dweight : dbias);
+  if (!any.defined()) return;
+  cuda::DeviceGuard guard(any.device(), "layer_norm_backward");
+  if (cols == 0) return;
+  const cudaStream_t stream = cuda::current_stream();
+  visit_float_type(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = cuda::device_acc_t<T>;
+    const T* pg = static_cast<const T*>(grad.raw_data());
+    const T* px = static_cast<const T*>(x.raw_data());
+    const A* pm = optional_ptr<A>(mean);
+    const A* pr = optional_ptr<A>(rstd);
+    if (dx.defined() && rows > 0) {
+      T* pdx = static_cast<T*>(dx.raw_data());
+      const A* pw = optional_ptr<A>(weight);
+      launch_rows(rows, cols, [&](auto block, unsigned grid, int threads) {
+        layer_norm_dx_rows_kernel<T, decltype(block)::value>
+            <<<grid, threads, 0, stream>>>(pdx, pg, px, pm, pr, pw, rows, cols);
+      });
+    }
+    if (dweight.defined() || dbias.defined()) {
+      const unsigned grid = unsigned((cols + kWarp - 1) / kWarp);
+      layer_norm_param_grads_kernel<T><<<grid, dim3(kWarp, kColTileY), 0, stream>>>(
+          optional_mut_ptr<A>(dweight), optional_mut_ptr<A>(dbias), pg, px, pm, pr, rows, cols);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::softmax_stub, CUDA, &softmax_cuda);
+EMBER_REGISTER_KERNEL(native::softmax_backward_stub, CUDA, &softmax_backward_cuda);
+EMBER_REGISTER_KERNEL(native::layer_norm_stub, CUDA, &layer_norm_cuda);
+EMBER_REGISTER_KERNEL(native::layer_norm_backward_stub, CUDA, &layer_norm_backward_cuda);
+
+}  // namespace ember
