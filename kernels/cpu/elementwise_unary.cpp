@@ -112,17 +112,8 @@ template <typename A> EMBER_VEC_INLINE A gelu_tanh_grad(A x) {
 template <typename A> EMBER_VEC_INLINE A gelu_of(A x) { return x * normal_cdf(x); }
 template <typename A> EMBER_VEC_INLINE A gelu_grad(A x) { return normal_cdf(x) + x * kInvSqrt2Pi<A> * exp_of(A(-0.5) * x * x); }
 
-// Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
-template <typename T> T int_lower_bound(double lo) {
-  if (!(lo > double(std::numeric_limits<T>::lowest()))) return std::numeric_limits<T>::lowest();
-  if (lo >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-  return T(std::ceil(lo));
-}
-template <typename T> T int_upper_bound(double hi) {
-  if (!(hi < double(std::numeric_limits<T>::max()))) return std::numeric_limits<T>::max();
-  if (hi <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-  return T(std::floor(hi));
-}
+using kernels::int_lower_bound;
+using kernels::int_upper_bound;
 
 // The element functions, one per kernel (pow with exponents 1 and 2 gets its own cheap form).
 using Fn = kernels::UnaryFn;

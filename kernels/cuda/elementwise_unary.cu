@@ -178,17 +178,8 @@ constexpr bool vectorisable_v =
 
 bool flat(const Tensor& t) { return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
 
-// Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
-template <typename T> T int_lower_bound(double lo) {
-  if (!(lo > double(std::numeric_limits<T>::lowest()))) return std::numeric_limits<T>::lowest();
-  if (lo >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-  return T(std::ceil(lo));
-}
-template <typename T> T int_upper_bound(double hi) {
-  if (!(hi < double(std::numeric_limits<T>::max()))) return std::numeric_limits<T>::max();
-  if (hi <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-  return T(std::floor(hi));
-}
+using kernels::int_lower_bound;
+using kernels::int_upper_bound;
 
 template <typename T>
 void run_forward(Fn f, const Tensor& out, const Tensor& x, cuda::device_acc_t<T> a, cuda::device_acc_t<T> b) {

@@ -3,7 +3,9 @@
 // constant so each kernel is instantiated once per function. pow with exponent 1 or 2 becomes
 // the identity or a square, which are exact and cheap on every device.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
@@ -45,6 +47,18 @@ void with_unary_fn(UnaryFn f, const Run& run) {
     EMBER_UNARY_FN_CASE(Square) EMBER_UNARY_FN_CASE(Pow) EMBER_UNARY_FN_CASE(Clamp)
 #undef EMBER_UNARY_FN_CASE
   }
+}
+
+// Integer bounds of clamp: the double bounds rounded inwards and saturated to T's range.
+template <typename T> T int_lower_bound(double lo) {
+  if (!(lo > double(std::numeric_limits<T>::lowest()))) return std::numeric_limits<T>::lowest();
+  if (lo >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return T(std::ceil(lo));
+}
+template <typename T> T int_upper_bound(double hi) {
+  if (!(hi < double(std::numeric_limits<T>::max()))) return std::numeric_limits<T>::max();
+  if (hi <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  return T(std::floor(hi));
 }
 
 }  // namespace ember::kernels
