@@ -124,11 +124,18 @@ Allocator*& cuda_slot() {
   static Allocator* slot = nullptr;
   return slot;
 }
+Allocator*& pinned_slot() {
+  static Allocator* slot = nullptr;
+  return slot;
+}
 }  // namespace
 
 void register_allocator(DeviceType type, Allocator* alloc) {
   if (type == DeviceType::CUDA) cuda_slot() = alloc;
 }
+
+Allocator* pinned_allocator() { return pinned_slot(); }
+void register_pinned_allocator(Allocator* alloc) { pinned_slot() = alloc; }
 
 Allocator& allocator_for(Device d) {
   if (d.is_cpu()) return cpu_allocator();

@@ -49,5 +49,10 @@ class CpuCachingAllocator final : public Allocator {
 CpuCachingAllocator& cpu_allocator();
 Allocator& allocator_for(Device d);  // CUDA registers its allocator when built in
 void register_allocator(DeviceType type, Allocator* alloc);
+// Page-locked host memory (registered by the CUDA backend; null without it). Its blocks are CPU
+// memory the GPU's copy engines read and write directly, so host-device copies from them can
+// run asynchronously.
+Allocator* pinned_allocator();
+void register_pinned_allocator(Allocator* alloc);
 
 }  // namespace ember

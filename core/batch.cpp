@@ -19,9 +19,15 @@ int64_t Batch::size() const {
   return 0;
 }
 
-Batch Batch::to(Device device) const {
+Batch Batch::to(Device device, bool non_blocking) const {
   Batch out;
-  for (const auto& [k, t] : fields) out.fields[k] = t.defined() ? t.to(device) : t;
+  for (const auto& [k, t] : fields) out.fields[k] = t.defined() ? t.to(device, non_blocking) : t;
+  return out;
+}
+
+Batch Batch::pin_memory() const {
+  Batch out;
+  for (const auto& [k, t] : fields) out.fields[k] = t.defined() ? t.pin_memory() : t;
   return out;
 }
 

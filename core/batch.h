@@ -15,7 +15,8 @@ struct Batch {
   Tensor get(const std::string& key) const;  // undefined when absent
   bool contains(const std::string& key) const { return fields.count(key) != 0; }
   int64_t size() const;  // leading dim of the first field (0 when empty)
-  Batch to(Device device) const;
+  Batch to(Device device, bool non_blocking = false) const;
+  Batch pin_memory() const;  // every field page-locked (see Tensor::pin_memory)
 };
 
 }  // namespace ember

@@ -7,6 +7,11 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = nbytes ? allocator_->allocate(nbytes) : nullptr;
 }
 
+Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
+    : nbytes_(nbytes), device_(device), allocator_(&allocator) {
+  data_ = nbytes ? allocator_->allocate(nbytes) : nullptr;
+}
+
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 

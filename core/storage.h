@@ -12,6 +12,8 @@ class Storage {
  public:
   // Owns nbytes from the device's allocator.
   Storage(size_t nbytes, Device device);
+  // Owns nbytes from `allocator` (pinned host memory, say), whose memory lives on `device`.
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   // Wraps memory the caller owns; `deleter` (may be empty) runs when the last view dies.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   ~Storage();
@@ -21,6 +23,7 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  Allocator* allocator() const { return allocator_; }  // null for wrapped memory
 
  private:
   void* data_ = nullptr;

@@ -100,7 +100,11 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
-  Tensor to(Device device) const;
+  // non_blocking: only queue a host<->GPU copy (see native::to_device); from pinned memory
+  // it overlaps with the GPU's work.
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor pin_memory() const;  // a page-locked copy (CUDA builds with a device)
+  bool is_pinned() const;
   Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
 
   // ---- in-place (never recorded by autograd; refused on tensors that need grad while

@@ -1,5 +1,6 @@
 #include "data/dataloader.h"
 
+#include "core/device_api.h"
 #include "core/grad_mode.h"
 
 namespace ember::data {
@@ -59,7 +60,8 @@ DataLoader::Pass::Pass(const Dataset& dataset, std::vector<std::vector<int64_t>>
                        const DataLoaderOptions& opt, int64_t epoch, int64_t first_batch,
                        std::vector<int64_t> collate_ids)
     : dataset_(dataset), batches_(std::move(batches)), collate_ids_(std::move(collate_ids)), opt_(opt),
-      collate_(opt.collate), epoch_(epoch), next_index_(first_batch), next_to_build_(first_batch) {
+      collate_(opt.collate), pin_(opt.pin_memory && pinned_allocator() != nullptr && cuda_is_available()),
+      epoch_(epoch), next_index_(first_batch), next_to_build_(first_batch) {
   EMBER_CHECK(collate_ids_.empty() || collate_ids_.size() == batches_.size(), "DataLoader: ",
               collate_ids_.size(), " collate ids given for ", batches_.size(), " batches");
   for (int w = 0; w < opt_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
@@ -81,7 +83,10 @@ Batch DataLoader::Pass::build(int64_t batch_index) {
   examples.reserve(idx.size());
   for (int64_t i : idx) examples.push_back(dataset_.get(i));
   const int64_t id = collate_ids_.empty() ? batch_index : collate_ids_[size_t(batch_index)];
-  return collate_(examples, CollateContext{epoch_, id});
+  Batch batch = collate_(examples, CollateContext{epoch_, id});
+  // Pinning runs here, on the worker that built the batch, so the copy into page-locked
+  // memory overlaps with the training step like the collation does.
+  return pin_ ? batch.pin_memory() : batch;
 }
 
 void DataLoader::Pass::worker_loop() {

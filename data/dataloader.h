@@ -23,7 +23,9 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int num_workers = 0;      // 0: batches are built on the calling thread
   int prefetch_factor = 2;  // batches in flight per worker
-  bool pin_memory = false;  // page-locked host buffers when CUDA is present; otherwise no effect
+  // Batches in page-locked memory, so that batch.to(gpu, true) overlaps with compute. Needs a
+  // CUDA device; without one it has no effect, as in PyTorch.
+  bool pin_memory = false;
   uint64_t seed = 0;        // shuffle seed (the permutation also depends on the epoch)
   CollateFn collate = nullptr;  // default: stack_collate
 };
@@ -87,6 +89,7 @@ class DataLoader::Pass {
   std::vector<int64_t> collate_ids_;
   DataLoaderOptions opt_;
   CollateFn collate_;
+  bool pin_;  // pin_memory was asked for and a CUDA device exists
   int64_t epoch_;
   int64_t next_index_;  // next batch handed to the caller
   // worker state

@@ -88,7 +88,9 @@ AcceleratedDataLoader::Iterator::Iterator(AcceleratedDataLoader* owner, std::sha
 }
 
 void AcceleratedDataLoader::Iterator::load_current() {
-  current_ = owner_->device_.is_cpu() ? *inner_ : inner_->to(owner_->device_);
+  // Pinned batches go up asynchronously: the step's kernels queue behind the copy on the
+  // same stream, and the host is free to prepare the next batch.
+  current_ = owner_->device_.is_cpu() ? *inner_ : inner_->to(owner_->device_, /*non_blocking=*/true);
   owner_->on_batch();
 }
 

@@ -146,11 +146,14 @@ Tensor Tensor::to(DType dtype) const {
                  [in](const Tensors& g) -> Tensors { return {native::to_dtype(g[0], in)}; });
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (this->device() == device) return *this;
   const Device in = this->device();
-  return view_op("ToDeviceBackward", *this, native::to_device(*this, device),
+  return view_op("ToDeviceBackward", *this, native::to_device(*this, device, non_blocking),
                  [in](const Tensors& g) -> Tensors { return {native::to_device(g[0], in)}; });
 }
+
+Tensor Tensor::pin_memory() const { return native::pin_memory(*this); }
+bool Tensor::is_pinned() const { return native::is_pinned(*this); }
 
 }  // namespace ember

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "distributed/collective_checks.h"
 #include "distributed/gloo_store_adapter.h"
+#include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_runtime.h"
 
 namespace ember::distributed {
@@ -272,6 +273,10 @@ std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, 
   std::lock_guard<std::mutex> lock(I.mu);
   I.check_usable(op);
   cuda::DeviceGuard guard(Device::cuda(I.device), op);
+  // The tensors are used on the group's stream: their memory must not be handed out again on
+  // the caller's stream before the collective finished, even if the Work is dropped unwaited.
+  for (const Tensor& t : keep)
+    if (t.defined() && t.is_cuda()) cuda::record_stream(t, I.stream);
   auto work = std::make_shared<NcclWork>(pg, op, std::move(keep));
   follow_caller(I.stream);
   I.settle(op, issue(I.comm, I.stream), clock_type::now() + I.opt.timeout);

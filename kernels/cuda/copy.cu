@@ -9,7 +9,9 @@
 #include "core/half.h"
 #include "core/native/copy.h"
 #include "core/type_dispatch.h"
+#include "core/tensor_impl.h"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/pinned_allocator.h"
 #include "kernels/cuda/strided_indexer.cuh"
 
 namespace ember {
@@ -172,7 +174,7 @@ void fill_cuda(const Tensor& dst, double value) {
 }
 
 // Host <-> device and device <-> device across GPUs; both contiguous, same shape and dtype.
-void cross_device_copy_cuda(const Tensor& dst, const Tensor& src) {
+void cross_device_copy_cuda(const Tensor& dst, const Tensor& src, bool non_blocking) {
   EMBER_CHECK(dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() &&
                   src.is_contiguous(),
               "copy_ (between devices): expected contiguous tensors of one shape and dtype, got ",
@@ -189,8 +191,14 @@ void cross_device_copy_cuda(const Tensor& dst, const Tensor& src) {
     const cudaMemcpyKind kind = dst.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     EMBER_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), nbytes, kind, stream));
   }
-  // The host side may be read or freed as soon as we return.
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // A pinned host block must outlive the queued copy: the pinned pool keeps it from reuse until
+  // the stream has passed this point. (Pageable memory is staged by the driver before
+  // cudaMemcpyAsync returns, and a device-to-pageable copy completes before it returns.)
+  for (const Tensor* host : {&dst, &src}) {
+    if (native::is_pinned(*host)) cuda::pinned_host_allocator().record_use(host->impl()->storage->data(), stream);
+  }
+  // Unless asked not to, the host side may be read or freed as soon as we return.
+  if (!non_blocking) EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace

@@ -1,121 +1,122 @@
 #include "kernels/cuda/cuda_allocator.h"
 
-#include <algorithm>
+#include <cstdio>
+#include <string>
 
+#include "core/tensor_impl.h"
+#include "kernels/cuda/cuda_pool_backend.h"
 #include "kernels/cuda/cuda_runtime.h"
 
 namespace ember::cuda {
 namespace {
-double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
-double mib(int64_t bytes) { return double(bytes) / double(1 << 20); }
-}  // namespace
 
-size_t CudaCachingAllocator::round_size(size_t n) {
-  if (n <= kMinBlock) return kMinBlock;
-  if (n <= (size_t(1) << 20)) {
-    size_t p = kMinBlock;
-    while (p < n) p <<= 1;
-    return p;
-  }
-  size_t p = size_t(1) << 20;
-  while (p * 2 <= n) p <<= 1;  // p <= n < 2p
-  const size_t step = p / 8;
-  return (n + step - 1) / step * step;
+// "1234.5 MiB": fixed notation, so a huge request reads as a number, not 1.07e+09.
+std::string mib(int64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
 }
 
-AllocatorStats& CudaCachingAllocator::stats_for(int device) {
-  if (size_t(device) >= stats_.size()) stats_.resize(size_t(device) + 1);
-  return stats_[size_t(device)];
+// Device memory through the runtime, on the current device: the allocator calls in with the
+// pool's device current (allocate runs on it; empty_cache sets it).
+class DeviceBackend final : public CudaEventPoolBackend {
+ public:
+  void* raw_alloc(size_t nbytes) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls do not see it
+      return nullptr;
+    }
+    if (err != cudaSuccess) raise_error(err, "cudaMalloc", __FILE__, __LINE__);
+    return p;
+  }
+  // cudaFree waits for the device, so no queued kernel still uses the segment.
+  void raw_free(void* ptr) override {
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+  }
+};
+
+}  // namespace
+
+struct CudaCachingAllocator::DevicePool {
+  DevicePool() : pool(backend) {}
+  DeviceBackend backend;
+  BlockPool pool;
+};
+
+CudaCachingAllocator::DevicePool& CudaCachingAllocator::pool_for(int device) {
+  if (size_t(device) >= pools_.size()) pools_.resize(size_t(device) + 1);
+  if (!pools_[size_t(device)]) pools_[size_t(device)] = std::make_unique<DevicePool>();
+  return *pools_[size_t(device)];
 }
 
 void* CudaCachingAllocator::allocate(size_t nbytes) {
   require_available("CUDA allocator");
   const int dev = current_device();
   const cudaStream_t stream = current_stream();
-  const size_t size = round_size(nbytes);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    AllocatorStats& st = stats_for(dev);
-    ++st.num_allocations;
-    auto it = pools_.find(PoolKey{dev, stream, size});
-    if (it != pools_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      live_[p] = Block{size, dev, stream};
-      ++st.num_cache_hits;
-      st.bytes_in_use += int64_t(size);
-      st.peak_bytes_in_use = std::max(st.peak_bytes_in_use, st.bytes_in_use);
-      return p;
-    }
-  }
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, size);
-  if (err == cudaErrorMemoryAllocation) {
-    // Cached blocks of other size classes may be enough: give them back and try once more.
-    (void)cudaGetLastError();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      release_cached(dev);
-    }
-    err = cudaMalloc(&p, size);
-  }
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
+  std::lock_guard<std::mutex> lock(mu_);
+  BlockPool& pool = pool_for(dev).pool;
+  void* p = pool.allocate(nbytes, stream);
+  if (!p) {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
-    const AllocatorStats st = stats(dev);
-    EMBER_FAIL("CUDA out of memory: tried to allocate ", mib(nbytes), " MiB on cuda:", dev, " (",
-               mib(total_bytes), " MiB total, ", mib(free_bytes), " MiB free, ", mib(st.bytes_in_use),
-               " MiB held by tensors, ", mib(st.bytes_reserved), " MiB reserved by Ember)");
+    const AllocatorStats st = pool.stats();
+    EMBER_FAIL("CUDA out of memory: tried to allocate ", mib(int64_t(nbytes)), " on cuda:", dev, " (",
+               mib(int64_t(total_bytes)), " total, ", mib(int64_t(free_bytes)), " free, ", mib(st.bytes_in_use),
+               " held by tensors, ", mib(st.bytes_reserved), " reserved by Ember)");
   }
-  if (err != cudaSuccess) raise_error(err, "cudaMalloc", __FILE__, __LINE__);
-  std::lock_guard<std::mutex> lock(mu_);
-  AllocatorStats& st = stats_for(dev);
-  live_[p] = Block{size, dev, stream};
-  st.bytes_reserved += int64_t(size);
-  st.bytes_in_use += int64_t(size);
-  st.peak_bytes_in_use = std::max(st.peak_bytes_in_use, st.bytes_in_use);
+  owner_[p] = dev;
   return p;
 }
 
 void CudaCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) return;  // not ours: nothing we may safely do with it
-  const Block b = it->second;
-  live_.erase(it);
-  pools_[PoolKey{b.device, b.stream, b.size}].push_back(ptr);
-  stats_for(b.device).bytes_in_use -= int64_t(b.size);
+  auto it = owner_.find(ptr);
+  if (it == owner_.end()) return;  // not ours: nothing we may safely do with it
+  const int dev = it->second;
+  owner_.erase(it);
+  try {
+    pool_for(dev).pool.free(ptr);
+  } catch (...) {
+    // Recording an event can fail only when the context is broken; the block is then lost,
+    // which is better than throwing from a destructor.
+  }
 }
 
-void CudaCachingAllocator::release_cached(int device) {
-  for (auto& [key, blocks] : pools_) {
-    if (std::get<0>(key) != device) continue;
-    // cudaFree waits for the device, so no queued kernel still uses the block.
-    for (void* p : blocks) {
-      if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
-    }
-    stats_for(device).bytes_reserved -= int64_t(std::get<2>(key) * blocks.size());
-    blocks.clear();
-  }
+void CudaCachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = owner_.find(ptr);
+  EMBER_CHECK(it != owner_.end(), "record_stream: the pointer was not allocated by Ember's CUDA allocator");
+  pool_for(it->second).pool.record_stream(ptr, stream);
 }
 
 void CudaCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (int d = 0; d < int(stats_.size()); ++d) release_cached(d);
+  for (size_t d = 0; d < pools_.size(); ++d) {
+    if (!pools_[d]) continue;
+    DeviceGuard guard(Device::cuda(int(d)), "empty_cache");
+    pools_[d]->pool.release_cached();
+  }
 }
 
 AllocatorStats CudaCachingAllocator::stats(int device) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return size_t(device) < stats_.size() ? stats_[size_t(device)] : AllocatorStats{};
+  return size_t(device) < pools_.size() && pools_[size_t(device)] ? pools_[size_t(device)]->pool.stats()
+                                                                   : AllocatorStats{};
+}
+
+int64_t CudaCachingAllocator::segment_count(int device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return size_t(device) < pools_.size() && pools_[size_t(device)] ? pools_[size_t(device)]->pool.segment_count()
+                                                                   : 0;
 }
 
 void CudaCachingAllocator::reset_peak(int device) {
   EMBER_CHECK(device >= 0, "reset_peak: invalid CUDA device index ", device);
   std::lock_guard<std::mutex> lock(mu_);
-  AllocatorStats& st = stats_for(device);
-  st.peak_bytes_in_use = st.bytes_in_use;
+  pool_for(device).pool.reset_peak();
 }
 
 CudaCachingAllocator& cuda_allocator() {
@@ -123,6 +124,11 @@ CudaCachingAllocator& cuda_allocator() {
   // driver may already be gone then, so cached blocks are never freed at exit.
   static auto* alloc = new CudaCachingAllocator();
   return *alloc;
+}
+
+void record_stream(const Tensor& t, cudaStream_t stream) {
+  EMBER_CHECK(t.is_cuda(), "record_stream: expected a CUDA tensor, got one on ", t.device());
+  cuda_allocator().record_stream(t.impl()->storage->data(), stream);
 }
 
 namespace {

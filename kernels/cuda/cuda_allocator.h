@@ -1,59 +1,55 @@
 // The caching device allocator. cudaMalloc and cudaFree synchronise the device and cost tens
-// to hundreds of microseconds, so freed blocks are kept in pools and handed back to the next
-// request of the same size class on the same device and stream. Reuse needs no event or
-// synchronisation: work queued on one stream runs in order, so a kernel that reads a reused
-// block always runs after every earlier kernel that used it.
+// to hundreds of microseconds, so memory is taken from the driver in segments and managed by a
+// BlockPool per device (kernels/cuda/block_pool.h): best-fit blocks, split and merged, reused in
+// stream order. A tensor used on a second stream (an NCCL all-reduce on the process group's
+// stream, a copy on a side stream) is marked with record_stream so that its memory is not
+// handed out again before that stream's work finished.
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <map>
+#include <memory>
 #include <mutex>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/tensor.h"
+#include "kernels/cuda/block_pool.h"
 
 namespace ember::cuda {
 
 class CudaCachingAllocator final : public Allocator {
  public:
-  // Blocks come from cudaMalloc (256-byte aligned) and sizes are multiples of 512 bytes, so
-  // every tensor starts 16-byte aligned and vector loads need no peeling at offset 0.
-  static constexpr size_t kMinBlock = 512;
-
   // Allocates on the current device, tagged with the current stream. Raises ember::Error
-  // when no device is usable or the device is out of memory (after emptying the cache).
+  // naming the size, the device and the memory held when the device is out of memory (after
+  // returning every cached segment to the driver). Blocks are 512-byte multiples from
+  // 256-byte aligned segments, so every tensor starts 16-byte aligned.
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;  // never throws: runs in destructors
   Device device() const override { return Device::cuda(0); }
 
+  // The block holding `ptr` (a pointer from allocate) is also used on `stream`.
+  void record_stream(void* ptr, cudaStream_t stream);
   AllocatorStats stats(int device) const;
+  int64_t segment_count(int device) const;
   void reset_peak(int device);
-  // Returns every cached (unused) block of every device to the driver.
+  // Returns every wholly free segment of every device to the driver.
   void empty_cache();
-  // Size classes: powers of two from 512 B up to 1 MiB, then eighths of a power of two.
-  static size_t round_size(size_t nbytes);
 
  private:
-  struct Block {
-    size_t size;
-    int device;
-    cudaStream_t stream;
-  };
-  using PoolKey = std::tuple<int, cudaStream_t, size_t>;  // device, stream, size class
-
-  AllocatorStats& stats_for(int device);  // requires mu_
-  void release_cached(int device);        // cudaFree the device's pooled blocks; requires mu_
+  struct DevicePool;
+  DevicePool& pool_for(int device);  // requires mu_
 
   mutable std::mutex mu_;
-  std::map<PoolKey, std::vector<void*>> pools_;
-  std::unordered_map<void*, Block> live_;
-  std::vector<AllocatorStats> stats_;  // per device
+  std::vector<std::unique_ptr<DevicePool>> pools_;  // per device, created on first use
+  std::unordered_map<void*, int> owner_;            // live pointer -> device
 };
 
 // The process-wide instance, registered for DeviceType::CUDA when the library loads. Creating
 // it does not touch the driver; the first allocation does.
 CudaCachingAllocator& cuda_allocator();
+
+// Marks the memory of a CUDA tensor as used on `stream` (PyTorch's Tensor.record_stream).
+void record_stream(const Tensor& t, cudaStream_t stream);
 
 }  // namespace ember::cuda
