@@ -160,7 +160,7 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
   const double scale = 1.0 / std::sqrt(double(d));
   const double p = training ? dropout_p : 0.0;
   const bool kernel_dtype = qkv.dtype() == DType::f32 || qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f64;
-  if (!qkv.is_cpu() || !kernel_dtype || p == 1.0 || wants(mask)) {
+  if (!native::fused_attention_on(qkv.device(), d) || !kernel_dtype || p == 1.0 || wants(mask)) {
     // The composition itself.
     auto head = [&](int64_t i) { return qkv.narrow(2, i * e, e).view({b, len, num_heads, d}).transpose(1, 2); };
     const Tensor scores = matmul(head(0), head(1).transpose(-2, -1));

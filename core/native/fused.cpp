@@ -1,5 +1,8 @@
 #include "core/native/fused.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "core/factory.h"
 #include "core/native/copy.h"
 #include "core/native/views.h"
@@ -16,6 +19,15 @@ EMBER_DEFINE_STUB(packed_attention_stub);
 EMBER_DEFINE_STUB(packed_attention_backward_stub);
 
 DType fused_compute_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+bool fused_attention_on(Device d, int64_t head_dim) {
+  if (d.is_cpu()) return true;
+  static const bool fused_on_gpu = [] {
+    const char* v = std::getenv("EMBER_CUDA_ATTENTION");
+    return v != nullptr && std::string(v) == "fused";
+  }();
+  return fused_on_gpu && head_dim <= 256;
+}
 
 FusedDropout make_fused_dropout(double p, int64_t numel, const char* op, Generator& gen) {
   EMBER_CHECK(p >= 0.0 && p < 1.0, op, ": dropout probability must be in [0, 1), got ", p);

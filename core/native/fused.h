@@ -131,6 +131,12 @@ EMBER_DECLARE_STUB(packed_attention_backward_stub, void (*)(const Tensor& dqkv, 
                                                             const Tensor& mask, const Tensor& stats, const Tensor& keep,
                                                             int64_t heads, double scale, double dropout_scale));
 
+// Whether packed_self_attention takes the fused kernel on device `d` rather than the composition
+// matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
+// environment says EMBER_CUDA_ATTENTION=fused and head_dim <= 256: the fused CUDA kernel does
+// its products on CUDA cores, while the composition's GEMMs run on tensor cores.
+bool fused_attention_on(Device d, int64_t head_dim);
+
 struct PackedAttentionSaved {
   Tensor qkv, mask, stats, keep;  // mask broadcast to [B, heads, L, L]; keep undefined without dropout
   int64_t heads = 1;

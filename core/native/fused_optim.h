@@ -1,5 +1,7 @@
 // One-pass optimizer updates: each reads param, grad and state once and writes them once.
 #pragma once
+#include <vector>
+
 #include "core/dispatch.h"
 #include "core/tensor.h"
 
@@ -16,6 +18,17 @@ struct AdamStepArgs {
 EMBER_DECLARE_STUB(adam_step_stub, void (*)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                             const Tensor& exp_avg_sq, const AdamStepArgs& args));
 
+// One parameter of a multi-tensor Adam step and its optimizer state.
+struct AdamTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+};
+// The Adam step of adam_step_stub over many parameters at once, each element updated exactly as
+// adam_step would (bit-identical results). Every entry meets adam_step's contract; all entries
+// share one device, one parameter dtype (also that of the state), one gradient dtype and args,
+// no two parameters share memory, and none is empty. Lets CUDA update a whole list in a few
+// launches instead of one per parameter.
+EMBER_DECLARE_STUB(adam_multi_step_stub, void (*)(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args));
+
 struct SgdStepArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
@@ -27,6 +40,8 @@ EMBER_DECLARE_STUB(sgd_step_stub, void (*)(const Tensor& param, const Tensor& gr
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                const AdamStepArgs& args);
+// Checks the contract of adam_multi_step_stub (skipping empty parameters) and dispatches.
+void adam_multi_step(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args);
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdStepArgs& args);
 
 }  // namespace ember::native

@@ -24,6 +24,20 @@ std::optional<BlasMatrix> blas_matrix(int64_t rows, int64_t cols, int64_t row_st
   return std::nullopt;
 }
 
+BlasMatrix operand_matrix(const Tensor& x, const char* kernel) {
+  const int64_t nd = x.dim();
+  auto layout = blas_matrix(x.shape()[nd - 2], x.shape()[nd - 1], x.strides()[nd - 2], x.strides()[nd - 1]);
+  EMBER_CHECK(layout.has_value(), "matmul: operand of shape ", x.shape(), " and strides ", x.strides(),
+              " reached the ", kernel, " without a BLAS layout");
+  return *layout;
+}
+
+bool shared_across_batch(const Tensor& x) {
+  for (int64_t d = 0; d + 2 < x.dim(); ++d)
+    if (x.shape()[d] != 1 && x.strides()[d] != 0) return false;
+  return true;
+}
+
 std::optional<BlasMatrix> folded_rows_matrix(const Tensor& x) {
   const int64_t nd = x.dim();
   if (nd < 2) return std::nullopt;

@@ -23,6 +23,11 @@ struct BlasMatrix {
 // The BLAS reading of a matrix with these strides, or nothing when neither stride is unit
 // (such an operand has to be copied first).
 std::optional<BlasMatrix> blas_matrix(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
+// The BLAS reading of the last two dims of a matmul_stub operand, which linalg guarantees
+// exists; `kernel` names the device kernel in the error raised if it does not.
+BlasMatrix operand_matrix(const Tensor& x, const char* kernel);
+// True when every batch entry of x is the same matrix (batch dims broadcast or of size 1).
+bool shared_across_batch(const Tensor& x);
 // For x of shape [B..., n, k]: the BLAS reading of x as one [(B... * n), k] matrix, when its
 // batch dims step over whole row blocks (true of any contiguous x), else nothing.
 std::optional<BlasMatrix> folded_rows_matrix(const Tensor& x);

@@ -83,6 +83,11 @@ void adam_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Te
   });
 }
 
+// The CPU gains nothing from batching launches: each parameter takes the per-tensor kernel.
+void adam_multi_cpu(const std::vector<native::AdamTensors>& tensors, const native::AdamStepArgs& args) {
+  for (const native::AdamTensors& t : tensors) adam_cpu(t.param, t.grad, t.exp_avg, t.exp_avg_sq, args);
+}
+
 void sgd_cpu(const Tensor& param, const Tensor& grad, const Tensor& buf, const native::SgdStepArgs& a) {
   visit_floating(param.dtype(), "sgd_step", [&](auto ptag) {
     using P = typename decltype(ptag)::type;
@@ -111,6 +116,7 @@ void sgd_cpu(const Tensor& param, const Tensor& grad, const Tensor& buf, const n
 }  // namespace
 
 EMBER_REGISTER_KERNEL(native::adam_step_stub, CPU, &adam_cpu);
+EMBER_REGISTER_KERNEL(native::adam_multi_step_stub, CPU, &adam_multi_cpu);
 EMBER_REGISTER_KERNEL(native::sgd_step_stub, CPU, &sgd_cpu);
 
 }  // namespace ember

@@ -21,20 +21,8 @@ namespace {
 
 using native::BlasMatrix;
 
-BlasMatrix matrix_of(const Tensor& x) {
-  const int64_t nd = x.dim();
-  auto layout = native::blas_matrix(x.shape()[nd - 2], x.shape()[nd - 1], x.strides()[nd - 2], x.strides()[nd - 1]);
-  EMBER_CHECK(layout.has_value(), "matmul: operand of shape ", x.shape(), " and strides ", x.strides(),
-              " reached the CPU kernel without a BLAS layout");
-  return *layout;
-}
-
-// True when every batch entry of x is the same matrix (batch dims broadcast or of size 1).
-bool shared_across_batch(const Tensor& x) {
-  for (int64_t d = 0; d + 2 < x.dim(); ++d)
-    if (x.shape()[d] != 1 && x.strides()[d] != 0) return false;
-  return true;
-}
+BlasMatrix matrix_of(const Tensor& x) { return native::operand_matrix(x, "CPU kernel"); }
+using native::shared_across_batch;
 
 // Element offset of each batch entry of x (batch dims = all but the last two).
 std::vector<int64_t> batch_offsets(const Tensor& x, int64_t count) {

@@ -1,12 +1,14 @@
 // CUDA optimizer updates, one pass over each parameter: every thread reads param, grad and
 // state of its elements once and writes them once. The arithmetic is that of
 // kernels/cpu/fused_optim.cpp, operation for operation: coefficients formed in double on the
-// host and rounded once to the state's compute type, 16-bit values computed in float.
+// host and rounded once to the state's compute type, 16-bit values computed in float. The Adam
+// element update lives in adam_update.cuh, shared with the multi-tensor kernel.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "core/native/fused_optim.h"
+#include "kernels/cuda/adam_update.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
@@ -22,19 +24,8 @@ using AdamCoefficients = kernels::AdamCoefficients<A>;
 
 template <typename P, typename G>
 __global__ void adam_kernel(P* p, const G* g, P* m, P* v, AdamCoefficients<cuda::device_acc_t<P>> c, int64_t n) {
-  using A = cuda::device_acc_t<P>;
-  using CP = cuda::Acc<P>;
-  using CG = cuda::Acc<G>;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    A pi = CP::load(p[i]);
-    const A gi = A(CG::load(g[i])) * c.scale + c.l2 * pi;
-    const A mi = c.b1 * CP::load(m[i]) + c.one_minus_b1 * gi;
-    const A vi = c.b2 * CP::load(v[i]) + c.one_minus_b2 * gi * gi;
-    pi = pi * c.decay - c.step_size * mi / (d_sqrt(vi) / c.bc2_sqrt + c.eps);
-    p[i] = CP::store(pi);
-    m[i] = CP::store(mi);
-    v[i] = CP::store(vi);
-  }
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    cuda::adam_update_at(p, g, m, v, i, c);
 }
 
 template <typename A>
@@ -61,25 +52,7 @@ __global__ void sgd_kernel(P* p, const G* g, P* mb, SgdCoefficients<cuda::device
   }
 }
 
-// Calls fn(type_tag<P>, type_tag<G>) for the floating dtypes of param and grad.
-template <typename Fn>
-void visit_param_and_grad(DType param, DType grad, const char* op, const Fn& fn) {
-  cuda::visit_device_type(param, op, [&](auto ptag) {
-    using P = typename decltype(ptag)::type;
-    if constexpr (std::is_integral_v<P>) {
-      EMBER_FAIL(op, ": expected a floating-point parameter, got ", dtype_name(param));
-    } else {
-      cuda::visit_device_type(grad, op, [&](auto gtag) {
-        using G = typename decltype(gtag)::type;
-        if constexpr (std::is_integral_v<G>) {
-          EMBER_FAIL(op, ": expected a floating-point gradient, got ", dtype_name(grad));
-        } else {
-          fn(ptag, gtag);
-        }
-      });
-    }
-  });
-}
+using cuda::visit_param_and_grad;
 
 void adam_cuda(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                const native::AdamStepArgs& args) {

@@ -18,6 +18,8 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/row_reduce.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
 
 namespace ember {
@@ -25,65 +27,11 @@ namespace {
 
 using native::SoftmaxGeometry;
 
-constexpr int kWarp = 32;
-constexpr int kThreads = 256;          // warp-per-row kernels: 8 rows per block
-constexpr int kRowThreads = 512;       // block-per-row kernels
-constexpr int64_t kWarpRowMax = 1024;  // longer rows get a whole block
-constexpr int kColTileY = 16;          // rows walked in parallel by the column-sum kernel
+constexpr int kThreads = 256;   // column kernels
+constexpr int kColTileY = 16;  // rows walked in parallel by the column-sum kernel
 
-template <typename T>
-constexpr bool is_device_float_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                                   std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-struct Sum {
-  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
-};
-// Max that keeps NaN: once either side is NaN the result is.
-struct MaxNan {
-  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const {
-    return (a != a || b != b) ? (a != a ? a : b) : (b > a ? b : a);
-  }
-};
-
-template <typename A, typename Op>
-__device__ __forceinline__ A warp_reduce(A v, Op op) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// The threads that share one row: a warp, or the whole block. Every member gets the reduction.
-template <bool kBlock> struct RowTeam;
-
-template <> struct RowTeam<false> {
-  static __device__ __forceinline__ int64_t first() {
-    return int64_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  }
-  static __device__ __forceinline__ int64_t step() { return int64_t(gridDim.x) * (blockDim.x / kWarp); }
-  static __device__ __forceinline__ int lane() { return int(threadIdx.x % kWarp); }
-  static __device__ __forceinline__ int width() { return kWarp; }
-  template <typename A, typename Op> static __device__ __forceinline__ A reduce(A v, Op op, A) {
-    return warp_reduce(v, op);
-  }
-};
-
-template <> struct RowTeam<true> {
-  static __device__ __forceinline__ int64_t first() { return blockIdx.x; }
-  static __device__ __forceinline__ int64_t step() { return gridDim.x; }
-  static __device__ __forceinline__ int lane() { return int(threadIdx.x); }
-  static __device__ __forceinline__ int width() { return int(blockDim.x); }
-  template <typename A, typename Op> static __device__ __forceinline__ A reduce(A v, Op op, A identity) {
-    __shared__ A partial[kWarp];
-    const int lane_in_warp = int(threadIdx.x % kWarp), warp = int(threadIdx.x / kWarp);
-    const int warps = int(blockDim.x / kWarp);
-    v = warp_reduce(v, op);
-    __syncthreads();  // the previous reduction's readers are done with `partial`
-    if (lane_in_warp == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane_in_warp < warps ? partial[lane_in_warp] : identity;
-    return warp_reduce(v, op);
-  }
-};
+// row teams, reductions and launch_rows (row_reduce.cuh); is_device_float_v (dtype_io.cuh)
+using namespace cuda;
 
 template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
 
@@ -285,17 +233,6 @@ void visit_float_type(DType dt, const char* op, F&& fn) {
       EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(dt));
     }
   });
-}
-
-// Launches a per-row kernel, a warp per row for short rows and a block per row for long ones.
-template <typename Launch>
-void launch_rows(int64_t rows, int64_t len, Launch&& launch) {
-  if (len <= kWarpRowMax) {
-    launch(std::false_type{}, cuda::grid_for(rows * kWarp, kThreads), kThreads);
-  } else {
-    launch(std::true_type{}, cuda::grid_for(rows * kRowThreads, kRowThreads), kRowThreads);
-  }
-  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_cuda(const Tensor& out, const Tensor& x, const SoftmaxGeometry& g, bool log) {

@@ -7,6 +7,7 @@
 
 #include "core/native/random.h"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/philox.cuh"
 #include "kernels/cuda/strided_indexer.cuh"
 
 namespace ember {
@@ -14,26 +15,6 @@ namespace {
 
 using native::RandomKind;
 constexpr int kThreads = 256;
-
-// Philox4x32-10 with counter (hi = 0, lo = counter), as Philox::draw in core/rng.cpp.
-__device__ __forceinline__ uint4 philox(uint64_t key, uint64_t counter) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(kMul0) * c0, p1 = uint64_t(kMul1) * c2;
-    const uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
-    c1 = uint32_t(p1);
-    c3 = uint32_t(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return make_uint4(c0, c1, c2, c3);
-}
 
 // The host evaluates `a + w * u` with one rounding (GCC contracts it into an FMA on the
 // x86-64-v3 baseline); fma() here keeps the two devices bit-identical for any range.
@@ -69,7 +50,7 @@ template <typename T>
 __global__ void random_kernel(T* out, int64_t n, RandomKind kind, double a, double b, uint64_t seed,
                               uint64_t offset) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const double v = draw<T>(kind, a, b, philox(seed, offset + uint64_t(i)));
+    const double v = draw<T>(kind, a, b, cuda::philox(seed, offset + uint64_t(i)));
     if constexpr (std::is_same_v<T, bool>) {
       out[i] = v != 0.0;
     } else if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {

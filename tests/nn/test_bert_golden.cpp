@@ -4,9 +4,9 @@
 // tests/golden/make_bert_golden.py (see tests/golden/README.md); no Python is needed to run this.
 //
 // Tolerances: the generating script checks that its float32 values agree with a float64 run to
-// 1e-5 of each tensor's largest magnitude, so float32 rounding stays well inside the 1e-4 used here.
-// Errors are measured as max |actual - expected| / max |expected| over a tensor, which stays
-// meaningful for tensors with elements near zero.
+// 1e-5 of each tensor's largest magnitude, so float32 rounding stays well inside the 1e-4 used here
+// (kTol). The loading and comparison helpers are shared with the GPU twin
+// (tests/support/bert_golden_support.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "bert_golden_support.h"
 #include "nn/io/safetensors.h"
 #include "nn/models/pretrained.h"
 #include "optim/sgd_adam.h"
@@ -26,75 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kTol = 1e-4;
-constexpr int kAdamWSteps = 3;
+using namespace ember::testing::bert_golden;
 
-std::string golden_dir() { return std::string(EMBER_SOURCE_DIR) + "/tests/golden/bert"; }
-
-// max |actual - expected| / max |expected| (absolute when expected is all zero).
-::testing::AssertionResult close_to_golden(const std::string& what, const Tensor& actual, const Tensor& expected,
-                                           double tol = kTol) {
-  if (!actual.defined()) return ::testing::AssertionFailure() << what << ": no value (undefined tensor)";
-  if (actual.shape() != expected.shape())
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(actual.shape()) << " vs golden "
-                                         << shape_str(expected.shape());
-  const std::vector<double> a = actual.to_vector<double>();
-  const std::vector<double> e = expected.to_vector<double>();
-  double scale = 0.0, worst = 0.0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < e.size(); ++i) scale = std::max(scale, std::abs(e[i]));
-  for (size_t i = 0; i < e.size(); ++i) {
-    const double d = std::abs(a[i] - e[i]);
-    if (!(d <= worst)) {  // also catches NaN
-      worst = d;
-      worst_at = i;
-    }
-  }
-  const double rel = worst / (scale > 0 ? scale : 1.0);
-  if (rel <= tol) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": max |diff| / max |golden| = " << rel << " > " << tol
-                                       << " (worst at flat index " << worst_at << ": " << a[worst_at]
-                                       << " vs golden " << e[worst_at] << ", golden max magnitude " << scale << ")";
-}
-
-struct Golden {
-  std::map<std::string, Tensor> t;
-  explicit Golden(const std::string& kind) : t(load_safetensors(golden_dir() + "/expected_" + kind + ".safetensors")) {}
-  const Tensor& at(const std::string& name) const {
-    auto it = t.find(name);
-    if (it == t.end()) throw std::runtime_error("golden file lacks " + name);
-    return it->second;
-  }
-  // Entries "<prefix><parameter name>", with the prefix stripped.
-  std::vector<std::pair<std::string, Tensor>> with_prefix(const std::string& prefix) const {
-    std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& [k, v] : t)
-      if (k.rfind(prefix, 0) == 0) out.emplace_back(k.substr(prefix.size()), v);
-    return out;
-  }
-};
-
-template <typename M>
-ModelOutput run(M& model, const Golden& g, bool with_labels = true) {
-  return model.forward(g.at("input_ids"), g.at("attention_mask"), g.at("token_type_ids"),
-                       with_labels ? g.at("labels") : Tensor());
-}
-
-double max_abs(const Tensor& t) { return amax(abs(t)).item<double>(); }
 float scalar(const Tensor& t) { return t.item<float>(); }
-
-// Mathematically zero (softmax ignores a shift shared by every key): only rounding noise.
-bool is_key_bias(const std::string& name) { return name.find(".attention.self.key.bias") != std::string::npos; }
-
-template <typename M> struct Kind;
-template <> struct Kind<BertForMaskedLM> {
-  static constexpr const char* name = "mlm";
-  static constexpr const char* architecture = "BertForMaskedLM";
-};
-template <> struct Kind<BertForSequenceClassification> {
-  static constexpr const char* name = "cls";
-  static constexpr const char* architecture = "BertForSequenceClassification";
-};
 
 template <typename M>
 class BertGolden : public ::testing::Test {
@@ -105,10 +40,6 @@ class BertGolden : public ::testing::Test {
 };
 
 using Models = ::testing::Types<BertForMaskedLM, BertForSequenceClassification>;
-class ModelNames {
- public:
-  template <typename T> static std::string GetName(int) { return Kind<T>::name; }
-};
 TYPED_TEST_SUITE(BertGolden, Models, ModelNames);
 
 TYPED_TEST(BertGolden, LoadsTransformersCheckpointCompletely) {
@@ -152,18 +83,7 @@ TYPED_TEST(BertGolden, GradientsMatchTransformers) {
   auto model = this->load();
   ModelOutput out = run(*model, g);
   out.loss.backward();
-  const auto grads = g.with_prefix("grad.");
-  EXPECT_EQ(grads.size(), model->named_parameters().size()) << "the golden file has one gradient per parameter";
-  for (const auto& [name, expected] : grads) {
-    Tensor grad = model->parameter(name).grad();
-    if (is_key_bias(name)) {
-      ASSERT_TRUE(grad.defined()) << name;
-      EXPECT_LT(max_abs(grad), 1e-6) << name << " should be rounding noise around zero";
-      EXPECT_LT(max_abs(expected), 1e-6) << name;
-      continue;
-    }
-    EXPECT_TRUE(close_to_golden("grad " + name, grad, expected));
-  }
+  expect_gradients_match(*model, g, Device::cpu(), kTol, "grad ", /*key_bias_is_noise=*/true);
 }
 
 // Under bf16 autocast (products in bf16, normalisation and loss in f32) the same model stays
@@ -181,13 +101,7 @@ TYPED_TEST(BertGolden, Bf16AutocastStaysNearTransformers) {
   EXPECT_TRUE(close_to_golden("bf16 logits", out.logits.to(DType::f32), g.at("logits"), 2e-2));
   EXPECT_TRUE(close_to_golden("bf16 loss", out.loss, g.at("loss"), 1e-2));
   out.loss.backward();
-  for (const auto& [name, expected] : g.with_prefix("grad.")) {
-    if (is_key_bias(name)) continue;
-    Tensor grad = model->parameter(name).grad();
-    ASSERT_TRUE(grad.defined()) << name;
-    EXPECT_EQ(grad.dtype(), DType::f32) << name;
-    EXPECT_TRUE(close_to_golden("bf16 grad " + name, grad, expected, 3e-2));
-  }
+  expect_gradients_match(*model, g, Device::cpu(), 3e-2, "bf16 grad ", /*key_bias_is_noise=*/false);
 }
 
 TYPED_TEST(BertGolden, AdamWStepsMatchTransformers) {

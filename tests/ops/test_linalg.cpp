@@ -11,40 +11,22 @@
 #include <functional>
 
 #include "kernels/reference/linalg.h"
+#include "linalg_check.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::all_close;
 using ember::testing::kFloatTypes;
+using ember::testing::Layout;
+using ember::testing::layout_name;
+using ember::testing::matmul_shapes;
+using ember::testing::product_close;
 using ember::testing::random_tensor;
-using ember::testing::tolerance;
+using ember::testing::ref_abs;
 using ember::testing::uniform_int;
 using reference::RefTensor;
 
 namespace {
-
-RefTensor ref_abs(RefTensor r) {
-  for (auto& v : r.data) v = std::abs(v);
-  return r;
-}
-
-// Compares a product against the reference, with the error bound scaled per entry (see top).
-::testing::AssertionResult product_close(const Tensor& got, const RefTensor& want, const RefTensor& scale,
-                                         DType dtype, int64_t k) {
-  if (got.shape() != want.shape)
-    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << " != " << shape_str(want.shape);
-  if (got.dtype() != dtype) return ::testing::AssertionFailure() << "dtype " << got.dtype() << " != " << dtype;
-  const DType acc = dtype == DType::f64 ? DType::f64 : DType::f32;
-  const double rel = tolerance(dtype) + tolerance(acc) * std::sqrt(double(std::max<int64_t>(k, 1)));
-  const std::vector<double> g = got.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double bound = rel * scale.data[i];
-    if (!(std::abs(g[i] - want.data[i]) <= bound))
-      return ::testing::AssertionFailure() << "at flat index " << i << " of " << shape_str(got.shape()) << ": got "
-                                           << g[i] << ", expected " << want.data[i] << " (bound " << bound << ")";
-  }
-  return ::testing::AssertionSuccess();
-}
 
 ::testing::AssertionResult matmul_matches_reference(const Tensor& a, const Tensor& b) {
   const RefTensor ra = reference::from_tensor(a), rb = reference::from_tensor(b);
@@ -53,87 +35,14 @@ RefTensor ref_abs(RefTensor r) {
                        a.shape().back());
 }
 
-// How an operand sits in memory. The kernel reads the first four in place and copies the
-// fifth; the last two test batch dims that cannot be folded into the GEMM's rows.
-enum class Layout { Contiguous, Transposed, Padded, TransposedPadded, Strided, BatchPermuted, BatchExpanded };
+// Every layout but Misaligned (which only matters to a GPU's vector loads).
 const Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed,    Layout::Padded,       Layout::TransposedPadded,
                            Layout::Strided,    Layout::BatchPermuted, Layout::BatchExpanded};
 
-const char* layout_name(Layout l) {
-  switch (l) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::Transposed: return "transposed";
-    case Layout::Padded: return "padded rows";
-    case Layout::TransposedPadded: return "transposed, padded";
-    case Layout::Strided: return "strided (needs a copy)";
-    case Layout::BatchPermuted: return "batch dim permuted";
-    case Layout::BatchExpanded: return "batch dims expanded";
-  }
-  return "?";
-}
-
-// A random tensor of logical `shape` laid out as `layout` (falls back to contiguous where
-// the layout needs more dims than the shape has).
+// Strided operands come from random_tensor's own strided views; the rest from layout_operand.
 Tensor operand(const Shape& shape, DType dtype, Layout layout) {
-  const int64_t nd = int64_t(shape.size());
-  switch (layout) {
-    case Layout::Contiguous: break;
-    case Layout::Transposed:
-      if (nd >= 2) {
-        Shape s = shape;
-        std::swap(s[nd - 1], s[nd - 2]);
-        return random_tensor(s, dtype).transpose(-1, -2);
-      }
-      break;
-    case Layout::Padded: {
-      Shape s = shape;
-      s.back() += 3;
-      return random_tensor(s, dtype).narrow(-1, 1, shape.back());
-    }
-    case Layout::TransposedPadded:
-      if (nd >= 2) {
-        Shape s = shape;
-        std::swap(s[nd - 1], s[nd - 2]);
-        s.back() += 2;
-        return random_tensor(s, dtype).narrow(-1, 2, shape[nd - 2]).transpose(-1, -2);
-      }
-      break;
-    case Layout::Strided: return random_tensor(shape, dtype, /*non_contiguous=*/true);
-    case Layout::BatchPermuted:
-      if (nd >= 3) {
-        Shape s = shape;
-        std::swap(s[0], s[nd - 2]);
-        return random_tensor(s, dtype).transpose(0, nd - 2);
-      }
-      break;
-    case Layout::BatchExpanded:
-      if (nd >= 3) {
-        Shape s = shape;
-        for (int64_t d = 0; d < nd - 2; ++d) s[d] = 1;
-        return random_tensor(s, dtype).expand(shape);
-      }
-      break;
-  }
-  return random_tensor(shape, dtype);
-}
-
-// Random operand shapes for a rank-ra @ rank-rb matmul whose batch dims broadcast together.
-std::pair<Shape, Shape> matmul_shapes(int ra, int rb, int64_t max_mat, bool allow_zero) {
-  const int64_t lo = allow_zero ? 0 : 1;
-  const int64_t n = uniform_int(lo, max_mat), k = uniform_int(lo, max_mat), m = uniform_int(lo, max_mat);
-  const int nb = std::max({ra - 2, rb - 2, 0});
-  Shape batch(static_cast<size_t>(nb), 1);
-  for (auto& s : batch) s = uniform_int(lo, 3);
-  auto batch_part = [&](int rank) {
-    Shape s(batch.end() - std::max(rank - 2, 0), batch.end());
-    for (auto& d : s)
-      if (uniform_int(0, 2) == 0) d = 1;  // broadcast against the other operand
-    return s;
-  };
-  Shape a = ra == 1 ? Shape{k} : batch_part(ra), b = rb == 1 ? Shape{k} : batch_part(rb);
-  if (ra >= 2) a.insert(a.end(), {n, k});
-  if (rb >= 2) b.insert(b.end(), {k, m});
-  return {a, b};
+  if (layout == Layout::Strided) return random_tensor(shape, dtype, /*non_contiguous=*/true);
+  return ember::testing::layout_operand(shape, dtype, layout, Device::cpu());
 }
 
 struct ThreadCount {

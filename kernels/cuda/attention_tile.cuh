@@ -1,0 +1,139 @@
+// Pieces shared by the CUDA packed self-attention kernels (fused_attention.cu and
+// fused_attention_backward.cu): the head geometry inside qkv [B, L, 3E], the additive mask read
+// through its broadcast strides, tile loads into shared memory and the tile sizes per head dim.
+//
+// Every kernel runs kThreads threads seen as a 16 x 16 grid (tile row group rg = tid / 16, column
+// lane cl = tid % 16): a thread owns rows rg, rg + 16, ... and columns cl, cl + 16, ... of each
+// tile it computes, so all tile sizes are multiples of 16. Shared rows are padded by one element
+// (row stride d + 1) so that the 16 lanes reading 16 different rows hit different banks.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/device_types.cuh"
+
+namespace ember::cuda::attention {
+
+constexpr int kThreads = 256;
+constexpr int kSide = 16;  // threads along each side of the 16 x 16 thread grid
+constexpr int64_t kMaxHeadDim = 256;
+
+// Dynamic shared memory of every attention kernel (one declaration for all instantiations).
+extern __shared__ __align__(16) unsigned char attention_smem[];
+
+// Where pair `pair` = batch * heads + head finds its columns.
+struct Geometry {
+  int64_t batch, heads, len, e, d;
+  __host__ __device__ int64_t pairs() const { return batch * heads; }
+  // Element offset of row 0 of the pair's q columns in qkv (k and v follow at + e and + 2e).
+  __device__ int64_t qkv_offset(int64_t pair) const { return (pair / heads) * len * 3 * e + (pair % heads) * d; }
+  // Element offset of row 0 of the pair's columns in ctx / grad [B, L, E].
+  __device__ int64_t ctx_offset(int64_t pair) const { return (pair / heads) * len * e + (pair % heads) * d; }
+};
+
+inline Geometry geometry_of(const Tensor& qkv, int64_t heads) {
+  const int64_t e = qkv.size(2) / 3;
+  return {qkv.size(0), heads, qkv.size(1), e, e / heads};
+}
+
+// The additive mask as [B, heads, L, L] through broadcast strides (in elements), any float dtype.
+struct MaskView {
+  enum Kind : int { None = 0, F32 = 1, F64 = 2, BF16 = 3, F16 = 4 };
+  const void* data = nullptr;
+  int kind = None;
+  int64_t stride[4] = {0, 0, 0, 0};
+
+  template <typename A>
+  __device__ __forceinline__ A at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const int64_t off = b * stride[0] + h * stride[1] + i * stride[2] + j * stride[3];
+    switch (kind) {
+      case F32: return A(static_cast<const float*>(data)[off]);
+      case F64: return A(static_cast<const double*>(data)[off]);
+      case BF16: return A(__bfloat162float(static_cast<const __nv_bfloat16*>(data)[off]));
+      case F16: return A(__half2float(static_cast<const __half*>(data)[off]));
+      default: return A(0);
+    }
+  }
+};
+
+inline MaskView mask_view_of(const Tensor& mask, const char* op) {
+  MaskView v;
+  if (!mask.defined()) return v;
+  EMBER_CHECK(mask.dim() == 4, op, ": mask must be broadcast to [batch, heads, len, len], got shape ", mask.shape());
+  switch (mask.dtype()) {
+    case DType::f32: v.kind = MaskView::F32; break;
+    case DType::f64: v.kind = MaskView::F64; break;
+    case DType::bf16: v.kind = MaskView::BF16; break;
+    case DType::f16: v.kind = MaskView::F16; break;
+    default: EMBER_FAIL(op, ": mask must be floating, got ", dtype_name(mask.dtype()));
+  }
+  v.data = mask.raw_data();
+  for (int k = 0; k < 4; ++k) v.stride[k] = mask.strides()[size_t(k)];
+  return v;
+}
+
+// Max that keeps NaN: once either side is NaN the result is (the CPU's row_max).
+template <typename A>
+__device__ __forceinline__ A max_nan(A a, A b) {
+  return (a != a || b != b) ? (a != a ? a : b) : (b > a ? b : a);
+}
+
+template <typename A>
+__device__ __forceinline__ A neg_inf() {
+  return -std::numeric_limits<A>::infinity();
+}
+
+// dst[r * ld + c] = src row (row0 + r), column c (as A), for r < rows and c < d; rows at or
+// past len read as zero. src rows are src_ld elements apart.
+template <typename T, typename A>
+__device__ __forceinline__ void load_rows(A* dst, int ld, const T* src, int64_t src_ld, int64_t row0, int rows,
+                                          int64_t len, int d) {
+  const int total = rows * d;
+  for (int idx = int(threadIdx.x); idx < total; idx += kThreads) {
+    const int r = idx / d, c = idx - r * d;
+    const int64_t row = row0 + r;
+    dst[r * ld + c] = row < len ? A(Acc<T>::load(src[row * src_ld + c])) : A(0);
+  }
+}
+
+// Tile sizes: BQ query rows and BK key rows per tile, head dims up to DMAX (EXACT: d == DMAX).
+template <int BQ_, int BK_, int DMAX_, bool EXACT_>
+struct Tiles {
+  static constexpr int BQ = BQ_, BK = BK_, DMAX = DMAX_;
+  static constexpr bool EXACT = EXACT_;
+  static_assert(BQ % kSide == 0 && BK % kSide == 0 && DMAX % kSide == 0, "tiles are multiples of 16");
+  static_assert(kThreads % BQ == 0 && kThreads / BQ <= 32 && BK % (kThreads / BQ) == 0, "softmax row split");
+};
+
+// fn(Tiles<...>{}) for head dim d (1 .. kMaxHeadDim) and compute type A: f32 tiles of 64 rows
+// with the common head dims exact (no column guards), 32-row tiles for d above 128 and
+// 16-row tiles for f64 (keeps shared memory within the 227 KiB of a block).
+template <typename A, typename F>
+void with_tiles(int64_t d, F&& fn) {
+  if constexpr (std::is_same_v<A, double>) {
+    if (d <= 64) return fn(Tiles<16, 16, 64, false>{});
+    if (d <= 128) return fn(Tiles<16, 16, 128, false>{});
+    return fn(Tiles<16, 16, 256, false>{});
+  } else {
+    if (d == 32) return fn(Tiles<64, 64, 32, true>{});
+    if (d == 64) return fn(Tiles<64, 64, 64, true>{});
+    if (d == 128) return fn(Tiles<64, 64, 128, true>{});
+    if (d < 64) return fn(Tiles<64, 64, 64, false>{});
+    if (d < 128) return fn(Tiles<64, 64, 128, false>{});
+    return fn(Tiles<32, 32, 256, false>{});
+  }
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48 KiB).
+template <typename K>
+void allow_shared_memory(K kernel, size_t bytes) {
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+}  // namespace ember::cuda::attention
