@@ -17,8 +17,17 @@ dropout -> linear). AdamW, lr 1e-4, weight decay 0.01 on every parameter.
 Batches: random token ids in [1, vocab), attention mask of ones, segment 0, 15% of MLM
 positions scored (label = the token, -100 elsewhere) or random labels in {0, 1}.
 
---dtype bf16 runs the forward under torch.autocast('cpu', bfloat16); parameters and the
+--dtype bf16 runs the forward under torch.autocast(<device>, bfloat16); parameters and the
 optimizer stay float32.
+
+--device cuda (bench/bert_train --device cuda's peer): the model and each batch on cuda:0
+(batches drawn on the CPU as above, then copied, untimed), eager mode, AdamW with fused=True
+where this torch has it (>= 2.0), else foreach=True; torch.cuda.synchronize() before each
+clock reading. The JSON line adds "device", "mfu" (the same FLOP count over --peak-tflops, the
+GPU's dense bf16 peak, default 989 for an H100/H200 SXM), "peak_gpu_mb"
+(torch.cuda.max_memory_allocated) and "optimizer"; peak_rss_mb is left out there.
+
+  bert_train_peer.py --device cuda --config bert-base --task mlm --dtype bf16 --batch 64 --seq 128
 
 Run it the way the comparison runs it (settings for PyTorch only, see README_bert.md):
   env -u OPENBLAS_CORETYPE GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \\
@@ -36,6 +45,7 @@ import time
 PRESETS = {
     "bert-mini": dict(layers=4, hidden=256, heads=4, ffn=1024),
     "bert-tiny": dict(layers=2, hidden=128, heads=2, ffn=512),
+    "bert-base": dict(layers=12, hidden=768, heads=12, ffn=3072),
 }
 
 
@@ -56,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--task", choices=["mlm", "cls"], default="mlm")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="CUDA only: the GPU's dense bf16 peak, the MFU denominator (989: H100/H200 SXM)")
     a = p.parse_args(argv)
     for key, value in PRESETS[a.config or "bert-mini"].items():
         if getattr(a, key) is None:
@@ -66,6 +79,8 @@ def parse_args(argv):
         p.error("--steps and --threads must be positive, --warmup non-negative")
     if a.vocab <= 1 or a.seq <= 0 or a.batch <= 0:
         p.error("--vocab must exceed 1, --seq and --batch must be positive")
+    if a.peak_tflops <= 0:
+        p.error("--peak-tflops must be positive")
     return a
 
 
@@ -101,7 +116,7 @@ def build_model(a):
             self.drop = nn.Dropout(0.1)
 
         def forward(self, ids, segments):
-            positions = torch.arange(ids.shape[1]).unsqueeze(0)
+            positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
             return self.drop(self.norm(self.word(ids) + self.position(positions) + self.segment(segments)))
 
     class SelfAttention(nn.Module):
@@ -194,12 +209,24 @@ def loaded_blas():
     return sorted(names)
 
 
+def make_adamw(torch, params):
+    # The fastest stock AdamW on the GPU: the fused kernel (torch >= 2.0), else the multi-tensor one.
+    try:
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True), "adamw-fused"
+    except (TypeError, RuntimeError, ValueError):
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=True), "adamw-foreach"
+
+
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     pin_thread_pools(a.threads)
     import contextlib
     import torch
 
+    on_cuda = a.device == "cuda"
+    if on_cuda and not torch.cuda.is_available():
+        print(f"bert_train_peer: --device cuda but torch {torch.__version__} sees no GPU", file=sys.stderr)
+        return 1
     torch.set_num_threads(a.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -208,21 +235,32 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     generator = torch.Generator().manual_seed(a.seed + 1)
 
-    model = build_model(a)
+    model = build_model(a)  # initialised on the CPU, then moved: the same weights on either device
+    if on_cuda:
+        device = torch.device("cuda", 0)
+        model.to(device)  # the decoder uses embeddings.word.weight itself: the tie survives the move
+        params = list(model.parameters())
+        optimizer, optimizer_name = make_adamw(torch, params)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.dtype == "bf16" \
+    autocast = (lambda: torch.autocast(a.device, dtype=torch.bfloat16)) if a.dtype == "bf16" \
         else contextlib.nullcontext
 
     times_ms, losses = [], []
     for step in range(a.warmup + a.steps):
         ids, attention_mask, segments, labels = make_batch(a, generator)
+        if on_cuda:
+            ids, attention_mask, segments, labels = (x.to(device) for x in (ids, attention_mask, segments, labels))
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         with autocast():
             loss = model(ids, attention_mask, segments, labels)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if on_cuda:
+            torch.cuda.synchronize()
         elapsed = (time.perf_counter() - t0) * 1e3
         losses.append(loss.item())
         if step >= a.warmup:
@@ -242,6 +280,17 @@ def main(argv=None):
         "torch": torch.__version__, "blas": loaded_blas(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+    if on_cuda:
+        # The fields of bert_train --device cuda: device memory in place of RSS, MFU on the GPU peak.
+        achieved = step_flops(a) / (median / 1e3)
+        del result["peak_rss_mb"]
+        result.update({
+            "device": "cuda", "gpu": torch.cuda.get_device_name(0), "max_step_ms": round(max(times_ms), 2),
+            "tflops_per_s": round(achieved / 1e12, 2), "peak_tflops": a.peak_tflops,
+            "mfu": round(achieved / (a.peak_tflops * 1e12), 3),
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated(0) / 2**20, 1),
+            "optimizer": optimizer_name,
+        })
     print(json.dumps(result), flush=True)
     return 0
 
