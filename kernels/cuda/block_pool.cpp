@@ -33,7 +33,7 @@ size_t BlockPool::segment_size(size_t rounded) {
 
 BlockPool::Block* BlockPool::take_free_block(size_t size, void* stream, bool small) {
   auto& set = free_set(small);
-  Block key{nullptr, size, stream, small};
+  Block key{nullptr, size, stream, small, false, nullptr, nullptr, {}};
   auto it = set.lower_bound(&key);
   if (it == set.end() || (*it)->stream != stream) return nullptr;
   Block* b = *it;
@@ -51,7 +51,7 @@ BlockPool::Block* BlockPool::new_segment(size_t size, void* stream, bool small) 
   }
   stats_.bytes_reserved += int64_t(seg);
   ++segments_;
-  return new Block{static_cast<char*>(p), seg, stream, small};
+  return new Block{static_cast<char*>(p), seg, stream, small, false, nullptr, nullptr, {}};
 }
 
 void BlockPool::split(Block* b, size_t size) {
@@ -60,7 +60,7 @@ void BlockPool::split(Block* b, size_t size) {
   // a large request, so large segments are not shredded into pieces nobody can use.
   const bool worth = b->small ? rest >= kRound : rest > kSmallRequest;
   if (!worth) return;
-  Block* r = new Block{b->ptr + size, rest, b->stream, b->small};
+  Block* r = new Block{b->ptr + size, rest, b->stream, b->small, false, nullptr, nullptr, {}};
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
