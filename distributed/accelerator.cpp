@@ -1,6 +1,8 @@
 #include "distributed/accelerator.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -96,6 +98,8 @@ void Accelerator::validate_options() const {
   EMBER_CHECK(o.total_limit == -1 || o.total_limit >= 1, "Accelerator: total_limit must be -1 (keep all) or >= 1, got ",
               o.total_limit);
   EMBER_CHECK(o.timeout.count() > 0, "Accelerator: timeout must be positive");
+  EMBER_CHECK(o.check_finite_loss == "no" || o.check_finite_loss == "warn" || o.check_finite_loss == "error",
+              "Accelerator: check_finite_loss must be 'no', 'warn' or 'error', got '", o.check_finite_loss, "'");
 }
 
 bool Accelerator::optimizer_step_was_skipped() const {
@@ -159,8 +163,28 @@ std::shared_ptr<DistributedDataParallel> Accelerator::ddp(const nn::Module& mode
 
 // ---- training step
 
+void Accelerator::check_loss(const Tensor& loss, const char* op) {
+  ++backward_calls_;
+  if (options_.check_finite_loss == "no") return;
+  double v = 0;
+  {
+    NoGradGuard no_grad;
+    const Tensor d = loss.detach().to(DType::f64);
+    v = d.numel() == 1 ? d.item<double>() : sum(d).item<double>();
+  }
+  if (std::isfinite(v)) return;
+  ++nonfinite_losses_;
+  const std::string what = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  std::string msg = std::string(op) + ": non-finite loss (" + what + ") at step " + std::to_string(backward_calls_);
+  if (num_processes() > 1) msg += " on process " + std::to_string(process_index());
+  if (options_.check_finite_loss == "error") throw Error(msg);
+  std::fprintf(stderr, "ember: warning: %s\n", msg.c_str());
+  std::fflush(stderr);
+}
+
 void Accelerator::backward(const Tensor& loss) {
   EMBER_CHECK(loss.defined(), "Accelerator::backward: the loss is undefined");
+  check_loss(loss, "Accelerator::backward");
   const int k = options_.gradient_accumulation_steps;
   const Tensor averaged = k == 1 ? loss : loss * (1.0 / double(k));
   (scaler_ ? scaler_->scale(averaged) : averaged).backward();
@@ -169,6 +193,7 @@ void Accelerator::backward(const Tensor& loss) {
 void Accelerator::backward_token_sum(const Tensor& loss_sum, int64_t global_tokens) {
   EMBER_CHECK(loss_sum.defined(), "Accelerator::backward_token_sum: the loss is undefined");
   EMBER_CHECK(global_tokens > 0, "Accelerator::backward_token_sum: global_tokens must be > 0, got ", global_tokens);
+  check_loss(loss_sum, "Accelerator::backward_token_sum");
   const Tensor loss = loss_sum * (double(num_processes()) / double(global_tokens));
   (scaler_ ? scaler_->scale(loss) : loss).backward();
 }

@@ -88,6 +88,12 @@ struct AcceleratorOptions {
   DDPOptions ddp = {};
   // The loss scaler of mixed_precision "fp16" (Accelerate's GradScalerKwargs); unused otherwise.
   optim::GradScalerOptions scaler = {};
+  // backward() / backward_token_sum() check that this process's loss is finite: "no" (default;
+  // the check reads the loss on the host, one sync per call), "warn" (a line on stderr,
+  // "non-finite loss (nan) at step N", and training goes on) or "error" (throws ember::Error
+  // with that message before any gradient is computed). N counts backward calls from 1. Only
+  // the rank whose loss is bad stops; the others then see a dead peer in their next collective.
+  std::string check_finite_loss = "no";
 };
 
 // Removes a registered hook when remove() is called (destroying the handle keeps the hook).
@@ -246,6 +252,8 @@ class Accelerator {
   void backward_token_sum(const Tensor& loss_sum, int64_t global_tokens);
   // Tokens over all processes: the sum of every process's `local_count` (a collective).
   int64_t global_token_count(int64_t local_count);
+  // Non-finite losses seen by backward() / backward_token_sum() under check_finite_loss.
+  int64_t nonfinite_losses() const { return nonfinite_losses_; }
   // Non-zero entries of the masks (e.g. labels != -100), summed over the masks and processes.
   int64_t global_token_count(const std::vector<Tensor>& masks);
 
@@ -440,6 +448,9 @@ class Accelerator {
   std::shared_ptr<optim::GradScaler> scaler_;  // fp16 only
   int64_t step_ = 0;
   int64_t save_iteration_ = 0;
+  int64_t backward_calls_ = 0;     // counted for check_finite_loss's messages
+  int64_t nonfinite_losses_ = 0;
+  void check_loss(const Tensor& loss, const char* op);
 
   std::vector<std::shared_ptr<nn::Module>> models_;
   std::vector<std::shared_ptr<DistributedDataParallel>> ddps_;  // parallel to models_ (null: none)

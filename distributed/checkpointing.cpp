@@ -180,17 +180,39 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
   all_or_nothing(state, "save_state", [&] {
     if (!main) return;
     sync_directory(staging);
+    // A save killed between the two renames below left the checkpoint only as `previous`:
+    // it is put back before anything else happens.
+    if (!fs::exists(target) && fs::is_directory(previous)) fs::rename(previous, target);
     fs::remove_all(previous);
-    const bool replacing = fs::exists(target);
-    if (replacing) fs::rename(target, previous);
+    if (!fs::exists(target)) {
+      fs::rename(staging, target);
+      sync_directory(parent);
+      return;
+    }
+    // Replacing: swap the two directories in one step where the filesystem can, so that the
+    // name always holds a complete checkpoint; the old one is then under the staging name.
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+      sync_directory(parent);
+      fs::remove_all(staging);
+      return;
+    }
+    // Otherwise two renames; a crash between them leaves the old checkpoint as `previous`,
+    // which load_state reads and the next save_state restores.
+    fs::rename(target, previous);
     fs::rename(staging, target);
     sync_directory(parent);
-    if (replacing) fs::remove_all(previous);
+    fs::remove_all(previous);
   });
 }
 
 CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state) {
-  const fs::path root = normalized(dir);
+  fs::path root = normalized(dir);
+  if (!fs::is_directory(root)) {
+    // A save_state killed while replacing this checkpoint (see write_checkpoint) left it here.
+    const fs::path previous =
+        (root.has_parent_path() ? root.parent_path() : fs::path(".")) / ("." + root.filename().string() + ".old");
+    if (fs::exists(previous / kStateFile)) root = previous;
+  }
   EMBER_CHECK(fs::is_directory(root), "load_state: checkpoint directory '", dir, "' does not exist");
   const std::string s = root.string() + "/";
   EMBER_CHECK(fs::exists(s + kStateFile), "load_state: '", root.string(), "' is not a complete checkpoint (",

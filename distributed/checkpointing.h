@@ -4,7 +4,7 @@
 //   model.safetensors, model_1.safetensors, ...          prepared models (main process)
 //   optimizer.safetensors, optimizer_1.safetensors, ...  optimizer state (main process)
 //   scheduler.safetensors, ...                           scheduler state (main process)
-//   custom_checkpoint_0.safetensors, ...                 register_for_checkpointing objects
+//   custom_checkpoint.safetensors, custom_checkpoint_1.safetensors, ...  register_for_checkpointing objects
 //   scaler.safetensors                                   fp16 loss scaler (main process)
 //   random_states_<rank>.json                            each process's generator state
 //   accelerator_state.json                               world size, loader positions, counters
@@ -13,8 +13,12 @@
 //
 // Writing is atomic for the whole directory: the files go into a hidden temporary directory
 // next to the target, each one flushed to disk, and only when every process finished is the
-// directory renamed into place (an older checkpoint of the same name is replaced only then). A
-// crash or a full disk during save_state leaves every earlier checkpoint intact.
+// directory renamed into place (an older checkpoint of the same name is replaced only then, by an
+// atomic exchange of the two directories where the filesystem supports RENAME_EXCHANGE; else by
+// two renames, and a crash between them leaves the old one as ".<name>.old", which load_state
+// reads and the next save_state puts back). A crash or a full disk during save_state leaves
+// every earlier checkpoint loadable under its name; a failed save reports the file it could not
+// write.
 // All processes must see the same filesystem (one machine, or a shared one).
 #pragma once
 #include <map>

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "distributed/hash_store.h"
+#include "distributed/process_group.h"
 #include "test_util.h"
 #if defined(EMBER_WITH_NCCL)
 #include "distributed/nccl/process_group_nccl.h"
