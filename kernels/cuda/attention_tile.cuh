@@ -102,6 +102,86 @@ __device__ __forceinline__ void load_rows(A* dst, int ld, const T* src, int64_t 
   }
 }
 
+// The block's (pair, tile of ROWS rows) and where that pair's q, k and v rows start: blocks run
+// over pairs outermost, then over row tiles.
+template <typename T>
+struct PairTile {
+  int64_t pair, row0;
+  const T* q;
+  const T* k;
+  const T* v;
+};
+
+template <int ROWS, typename T>
+__device__ __forceinline__ PairTile<T> pair_tile(const Geometry& g, const T* qkv) {
+  const int64_t tiles = (g.len + ROWS - 1) / ROWS;
+  PairTile<T> t;
+  t.pair = int64_t(blockIdx.x) / tiles;
+  t.row0 = (int64_t(blockIdx.x) % tiles) * ROWS;
+  t.q = qkv + g.qkv_offset(t.pair);
+  t.k = t.q + g.e;
+  t.v = t.q + 2 * g.e;
+  return t;
+}
+
+template <typename A, int R, int C>
+__device__ __forceinline__ void zero_tile(A (&acc)[R][C]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = A(0);
+}
+
+// acc[r][c] += p[(rg + 16 r) * ldp + j] * v[j * ld + cl + 16 c] for j < n, in order of j: this
+// thread's part of P V for a P tile in shared memory (row stride ldp) and n rows of V. Columns at
+// or past d are skipped unless EXACT.
+template <bool EXACT, typename A, int R, int C>
+__device__ __forceinline__ void accumulate_pv(A (&acc)[R][C], const A* p, int ldp, const A* v, int ld, int n, int d,
+                                              int rg, int cl) {
+  for (int j = 0; j < n; ++j) {
+    A pr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) pr[r] = p[(rg + kSide * r) * ldp + j];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int x = cl + kSide * c;
+      if (EXACT || x < d) {
+        const A vv = v[j * ld + x];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][c] += pr[r] * vv;
+      }
+    }
+  }
+}
+
+// fn(r, c, i, x) for each of this thread's R x C output entries that exist: row i = row0 + rg + 16 r
+// below len, column x = cl + 16 c below d (always when EXACT).
+template <bool EXACT, int R, int C, typename F>
+__device__ __forceinline__ void for_tile_outputs(int64_t row0, int64_t len, int d, int rg, int cl, F&& fn) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = row0 + rg + kSide * r;
+    if (i >= len) continue;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int x = cl + kSide * c;
+      if (EXACT || x < d) fn(r, c, i, x);
+    }
+  }
+}
+
+// Row max and 1 / row sum of rows row0 + tid (tid < rows) from stats [pairs * len, 2]; zero past len.
+template <typename A>
+__device__ __forceinline__ void load_row_stats(A* s_max, A* s_inv, const A* stats, int64_t pair, int64_t row0,
+                                               int rows, int64_t len) {
+  const int tid = int(threadIdx.x);
+  if (tid < rows) {
+    const int64_t i = row0 + tid;
+    s_max[tid] = i < len ? stats[2 * (pair * len + i)] : A(0);
+    s_inv[tid] = i < len ? stats[2 * (pair * len + i) + 1] : A(0);
+  }
+}
+
 // Tile sizes: BQ query rows and BK key rows per tile, head dims up to DMAX (EXACT: d == DMAX).
 template <int BQ_, int BK_, int DMAX_, bool EXACT_>
 struct Tiles {

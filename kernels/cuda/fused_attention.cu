@@ -55,13 +55,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
   const int64_t len = g.len, row_ld = 3 * g.e;
-  const int64_t tiles = (len + BQ - 1) / BQ;
-  const int64_t pair = int64_t(blockIdx.x) / tiles;
-  const int64_t i0 = (int64_t(blockIdx.x) % tiles) * BQ;
+  const PairTile<T> tile = pair_tile<BQ>(g, qkv);
+  const int64_t pair = tile.pair, i0 = tile.row0;
   const int64_t b = pair / g.heads, h = pair % g.heads;
-  const T* q = qkv + g.qkv_offset(pair);
-  const T* k = q + g.e;
-  const T* v = q + 2 * g.e;
 
   A* sq = reinterpret_cast<A*>(attention_smem);
   A* sk = sq + BQ * ld;
@@ -75,29 +71,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rg = tid / kSide, cl = tid % kSide;
   const int srow = tid / TPR, spart = tid % TPR;
 
-  load_rows(sq, ld, q, row_ld, i0, BQ, len, d);
+  load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
   if (tid < BQ) {
     s_max[tid] = neg_inf<A>();
     s_sum[tid] = A(0);
   }
   A acc[RQ][RD];
-#pragma unroll
-  for (int r = 0; r < RQ; ++r)
-#pragma unroll
-    for (int c = 0; c < RD; ++c) acc[r][c] = A(0);
+  zero_tile(acc);
 
   for (int64_t j0 = 0; j0 < len; j0 += BK) {
     __syncthreads();  // the previous tile's readers of sk, sv, ss are done
-    load_rows(sk, ld, k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
+    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
     __syncthreads();
 
     // scores of this thread's RQ x RK entries
     A s[RQ][RK];
-#pragma unroll
-    for (int r = 0; r < RQ; ++r)
-#pragma unroll
-      for (int c = 0; c < RK; ++c) s[r][c] = A(0);
+    zero_tile(s);
 #pragma unroll 4
     for (int x = 0; x < d; ++x) {
       A qv[RQ], kv[RK];
@@ -179,20 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int c = 0; c < RD; ++c) acc[r][c] *= alpha;
     }
-    for (int j = 0; j < keys; ++j) {
-      A p[RQ];
-#pragma unroll
-      for (int r = 0; r < RQ; ++r) p[r] = ss[(rg + kSide * r) * lds + j];
-#pragma unroll
-      for (int c = 0; c < RD; ++c) {
-        const int x = cl + kSide * c;
-        if (Cfg::EXACT || x < d) {
-          const A vv = sv[j * ld + x];
-#pragma unroll
-          for (int r = 0; r < RQ; ++r) acc[r][c] += p[r] * vv;
-        }
-      }
-    }
+    accumulate_pv<Cfg::EXACT>(acc, ss, lds, sv, ld, keys, d, rg, cl);
   }
 
   __syncthreads();
@@ -208,17 +185,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   T* out = ctx + g.ctx_offset(pair);
-#pragma unroll
-  for (int r = 0; r < RQ; ++r) {
-    const int64_t i = i0 + rg + kSide * r;
-    if (i >= len) continue;
-    const A inv = s_alpha[rg + kSide * r];
-#pragma unroll
-    for (int c = 0; c < RD; ++c) {
-      const int x = cl + kSide * c;
-      if (Cfg::EXACT || x < d) out[i * g.e + x] = cuda::Acc<T>::store(acc[r][c] * inv);
-    }
-  }
+  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len, d, rg, cl, [&](int r, int c, int64_t i, int x) {
+    out[i * g.e + x] = cuda::Acc<T>::store(acc[r][c] * s_alpha[rg + kSide * r]);
+  });
 }
 
 void packed_attention_cuda(const Tensor& ctx, const Tensor& stats, const Tensor& keep, const Tensor& qkv,

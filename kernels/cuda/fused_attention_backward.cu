@@ -62,10 +62,8 @@ __device__ __forceinline__ Entry<A> entry(const BackwardArgs<A>& a, const Geomet
 template <typename A, int R1, int R2>
 __device__ __forceinline__ void dot_tiles(A (&s)[R1][R2], A (&t)[R1][R2], const A* x, const A* y, const A* u,
                                           const A* w, int ld, int d, int rg, int cl) {
-#pragma unroll
-  for (int r = 0; r < R1; ++r)
-#pragma unroll
-    for (int c = 0; c < R2; ++c) s[r][c] = t[r][c] = A(0);
+  zero_tile(s);
+  zero_tile(t);
 #pragma unroll 2
   for (int k = 0; k < d; ++k) {
     A xv[R1], uv[R1], yv[R2], wv[R2];
@@ -108,12 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
   const int64_t len = g.len, row_ld = 3 * g.e;
-  const int64_t tiles = (len + BQ - 1) / BQ;
-  const int64_t pair = int64_t(blockIdx.x) / tiles;
-  const int64_t i0 = (int64_t(blockIdx.x) % tiles) * BQ;
-  const T* q = qkv + g.qkv_offset(pair);
-  const T* k = q + g.e;
-  const T* v = q + 2 * g.e;
+  const PairTile<T> tile = pair_tile<BQ>(g, qkv);
+  const int64_t pair = tile.pair, i0 = tile.row0;
 
   A* sq = reinterpret_cast<A*>(attention_smem);
   A* sg = sq + BQ * ld;
@@ -125,13 +119,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = int(threadIdx.x);
   const int rg = tid / kSide, cl = tid % kSide;
-  load_rows(sq, ld, q, row_ld, i0, BQ, len, d);
+  load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
   load_rows(sg, ld, grad + g.ctx_offset(pair), g.e, i0, BQ, len, d);
-  if (tid < BQ) {
-    const int64_t i = i0 + tid;
-    s_max[tid] = i < len ? a.stats[2 * (pair * len + i)] : A(0);
-    s_inv[tid] = i < len ? a.stats[2 * (pair * len + i) + 1] : A(0);
-  }
+  load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len);
 
   // sweep 1: delta_i = sum_j P_ij dP_ij
   A delta[RQ];
@@ -139,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int r = 0; r < RQ; ++r) delta[r] = A(0);
   for (int64_t j0 = 0; j0 < len; j0 += BK) {
     __syncthreads();
-    load_rows(sk, ld, k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
+    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
     __syncthreads();
     A s[RQ][RK], t[RQ][RK];
     dot_tiles(s, t, sq, sk, sg, sv, ld, d, rg, cl);
@@ -165,14 +155,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // sweep 2: dQ = dS K
   A acc[RQ][RD];
-#pragma unroll
-  for (int r = 0; r < RQ; ++r)
-#pragma unroll
-    for (int c = 0; c < RD; ++c) acc[r][c] = A(0);
+  zero_tile(acc);
   for (int64_t j0 = 0; j0 < len; j0 += BK) {
     __syncthreads();
-    load_rows(sk, ld, k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
+    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
     __syncthreads();
     {
       A s[RQ][RK], t[RQ][RK];
@@ -190,32 +177,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     const int keys = int(len - j0 < BK ? len - j0 : BK);
-    for (int j = 0; j < keys; ++j) {
-      A ds[RQ];
-#pragma unroll
-      for (int r = 0; r < RQ; ++r) ds[r] = ss[(rg + kSide * r) * lds + j];
-#pragma unroll
-      for (int c = 0; c < RD; ++c) {
-        const int x = cl + kSide * c;
-        if (Cfg::EXACT || x < d) {
-          const A kv = sk[j * ld + x];
-#pragma unroll
-          for (int r = 0; r < RQ; ++r) acc[r][c] += ds[r] * kv;
-        }
-      }
-    }
+    accumulate_pv<Cfg::EXACT>(acc, ss, lds, sk, ld, keys, d, rg, cl);
   }
   T* dq = dqkv + g.qkv_offset(pair);
-#pragma unroll
-  for (int r = 0; r < RQ; ++r) {
-    const int64_t i = i0 + rg + kSide * r;
-    if (i >= len) continue;
-#pragma unroll
-    for (int c = 0; c < RD; ++c) {
-      const int x = cl + kSide * c;
-      if (Cfg::EXACT || x < d) dq[i * row_ld + x] = cuda::Acc<T>::store(acc[r][c]);
-    }
-  }
+  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len, d, rg, cl, [&](int r, int c, int64_t i, int x) {
+    dq[i * row_ld + x] = cuda::Acc<T>::store(acc[r][c]);
+  });
 }
 
 // dK and dV of one (pair, key tile), from delta of every query row.
@@ -228,12 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
   const int64_t len = g.len, row_ld = 3 * g.e;
-  const int64_t tiles = (len + BK - 1) / BK;
-  const int64_t pair = int64_t(blockIdx.x) / tiles;
-  const int64_t j0 = (int64_t(blockIdx.x) % tiles) * BK;
-  const T* q = qkv + g.qkv_offset(pair);
-  const T* k = q + g.e;
-  const T* v = q + 2 * g.e;
+  const PairTile<T> tile = pair_tile<BK>(g, qkv);
+  const int64_t pair = tile.pair, j0 = tile.row0;
   const T* go = grad + g.ctx_offset(pair);
 
   A* sk = reinterpret_cast<A*>(attention_smem);
@@ -248,26 +211,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = int(threadIdx.x);
   const int rg = tid / kSide, cl = tid % kSide;
-  load_rows(sk, ld, k, row_ld, j0, BK, len, d);
-  load_rows(sv, ld, v, row_ld, j0, BK, len, d);
+  load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
+  load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
 
   // dK and dV rows j0 + rg + 16 r, columns cl + 16 c
   A dk[RK][RD], dv[RK][RD];
-#pragma unroll
-  for (int r = 0; r < RK; ++r)
-#pragma unroll
-    for (int c = 0; c < RD; ++c) dk[r][c] = dv[r][c] = A(0);
+  zero_tile(dk);
+  zero_tile(dv);
 
   for (int64_t i0 = 0; i0 < len; i0 += BQ) {
     __syncthreads();
-    load_rows(sq, ld, q, row_ld, i0, BQ, len, d);
+    load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
     load_rows(sg, ld, go, g.e, i0, BQ, len, d);
-    if (tid < BQ) {
-      const int64_t i = i0 + tid;
-      s_max[tid] = i < len ? a.stats[2 * (pair * len + i)] : A(0);
-      s_inv[tid] = i < len ? a.stats[2 * (pair * len + i) + 1] : A(0);
-      s_delta[tid] = i < len ? delta[pair * len + i] : A(0);
-    }
+    load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len);
+    if (tid < BQ) s_delta[tid] = i0 + tid < len ? delta[pair * len + i0 + tid] : A(0);
     __syncthreads();
     {
       A s[RQ][RK], t[RQ][RK];
@@ -309,19 +266,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   T* dk_out = dqkv + g.qkv_offset(pair) + g.e;
   T* dv_out = dk_out + g.e;
-#pragma unroll
-  for (int r = 0; r < RK; ++r) {
-    const int64_t j = j0 + rg + kSide * r;
-    if (j >= len) continue;
-#pragma unroll
-    for (int c = 0; c < RD; ++c) {
-      const int x = cl + kSide * c;
-      if (Cfg::EXACT || x < d) {
-        dk_out[j * row_ld + x] = cuda::Acc<T>::store(dk[r][c]);
-        dv_out[j * row_ld + x] = cuda::Acc<T>::store(dv[r][c]);
-      }
-    }
-  }
+  for_tile_outputs<Cfg::EXACT, RK, RD>(j0, len, d, rg, cl, [&](int r, int c, int64_t j, int x) {
+    dk_out[j * row_ld + x] = cuda::Acc<T>::store(dk[r][c]);
+    dv_out[j * row_ld + x] = cuda::Acc<T>::store(dv[r][c]);
+  });
 }
 
 void packed_attention_backward_cuda(const Tensor& dqkv, const Tensor& grad, const Tensor& qkv, const Tensor& mask,
