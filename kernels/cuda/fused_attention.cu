@@ -185,8 +185,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   T* out = ctx + g.ctx_offset(pair);
+  A inv[RQ];
+#pragma unroll
+  for (int r = 0; r < RQ; ++r) inv[r] = s_alpha[rg + kSide * r];
   for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len, d, rg, cl, [&](int r, int c, int64_t i, int x) {
-    out[i * g.e + x] = cuda::Acc<T>::store(acc[r][c] * s_alpha[rg + kSide * r]);
+    out[i * g.e + x] = cuda::Acc<T>::store(acc[r][c] * inv[r]);
   });
 }
 
