@@ -93,10 +93,12 @@ LabeledTexts read_labeled_tsv(const std::string& path, const LabeledTsvOptions& 
     auto [end, ec] = std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
     const bool parsed = !label_text.empty() && ec == std::errc() &&
                         end == label_text.data() + label_text.size();
-    const bool in_range = label >= 0 && (options.num_labels <= 0 || label < options.num_labels);
+    // Without num_labels, labels are still class ids: a bound keeps label_counts() (a vector
+    // indexed by label) from allocating petabytes for a corrupt line.
+    const int64_t limit = options.num_labels > 0 ? options.num_labels : kMaxLabels;
+    const bool in_range = label >= 0 && label < limit;
     EMBER_CHECK(parsed && in_range, "tsv: ", path, ":", line, ": bad label '", row[size_t(label_col)],
-                "' (expected an integer in [0, ",
-                options.num_labels > 0 ? std::to_string(options.num_labels) : std::string("inf"), "))");
+                "' (expected an integer in [0, ", limit, "))");
     out.texts.push_back(std::move(text));
     out.labels.push_back(label);
   }
@@ -106,6 +108,7 @@ LabeledTexts read_labeled_tsv(const std::string& path, const LabeledTsvOptions& 
 std::vector<int64_t> LabeledTexts::label_counts() const {
   std::vector<int64_t> counts;
   for (int64_t l : labels) {
+    EMBER_CHECK(l >= 0 && l < kMaxLabels, "label_counts: label ", l, " is outside [0, ", kMaxLabels, ")");
     if (l >= int64_t(counts.size())) counts.resize(size_t(l) + 1, 0);
     ++counts[size_t(l)];
   }

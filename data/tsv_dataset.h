@@ -20,6 +20,9 @@ struct TsvTable {
 
 TsvTable read_tsv(const std::string& path, bool has_header = true);
 
+// The most classes a label column may name when LabeledTsvOptions::num_labels is not set.
+inline constexpr int64_t kMaxLabels = int64_t(1) << 24;
+
 struct LabeledTsvOptions {
   bool has_header = true;
   // With a header the columns are found by name, otherwise by position.
@@ -27,7 +30,8 @@ struct LabeledTsvOptions {
   std::string label_column = "label";
   int64_t text_index = 0;
   int64_t label_index = 1;
-  // Labels must be integers in [0, num_labels); num_labels <= 0 only requires them to be >= 0.
+  // Labels must be integers in [0, num_labels); num_labels <= 0 requires them to be in
+  // [0, kMaxLabels).
   int64_t num_labels = 2;
 };
 

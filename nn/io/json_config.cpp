@@ -152,6 +152,34 @@ template <typename E> struct Convert<std::map<std::string, E>> {
   }
 };
 
+// The deepest nesting of arrays and objects parse_json accepts. nlohmann parses iteratively, but
+// serialising (dump(), error messages that show a value) recurses once per level, so a hostile
+// file of a few hundred kilobytes of '[' would overflow the stack; real config files and
+// safetensors headers nest two or three levels. Python's json module stops near 1000 as well.
+constexpr size_t kMaxJsonDepth = 1000;
+
+// Byte offset of the bracket that first nests deeper than kMaxJsonDepth, or npos. Brackets inside
+// strings do not count; the text need not be valid JSON (the parser reports that).
+size_t too_deep_at(std::string_view text) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 Json parse_json(std::string_view text, const std::string& source) {
@@ -178,6 +206,9 @@ Json parse_json(std::string_view text, const std::string& source) {
   // "{}\0garbage"; a raw NUL is never valid JSON, so it is refused up front.
   const size_t nul = text.find('\0');
   EMBER_CHECK(nul == std::string_view::npos, source, ": invalid JSON: NUL byte at offset ", nul);
+  const size_t deep = too_deep_at(text);
+  EMBER_CHECK(deep == std::string_view::npos, source, ": invalid JSON: arrays and objects nested more than ",
+              kMaxJsonDepth, " levels deep (at offset ", deep, ")");
   Json out;
   try {
     out = Json::parse(text.begin(), text.end(), watch);

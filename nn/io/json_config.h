@@ -13,7 +13,8 @@
 namespace ember::nn {
 
 // Parses `text` strictly: a syntax error, trailing garbage or a key repeated within one object
-// raises ember::Error prefixed with "<source>: ".
+// raises ember::Error prefixed with "<source>: ", and so does nesting deeper than 1000 arrays
+// and objects (serialising such a value would recurse past the stack).
 nlohmann::json parse_json(std::string_view text, const std::string& source);
 
 // "integer", "float", "string", "boolean", "null", "array" or "object".

@@ -229,7 +229,7 @@ TEST_F(TextIoTest, BadLabelNamesFileAndLine) {
     EXPECT_EMBER_ERROR(read_labeled_tsv(path), "lab.tsv:3", "bad label '" + std::string(label) + "'",
                        "[0, 2)");
   }
-  // num_labels <= 0 accepts any non-negative integer.
+  // num_labels <= 0 accepts any non-negative integer below kMaxLabels.
   LabeledTsvOptions any;
   any.num_labels = 0;
   EXPECT_EQ(read_labeled_tsv(write("big.tsv", "sentence\tlabel\na\t41\n"), any).labels,
