@@ -9,6 +9,7 @@
 
 #include "core/device_api.h"
 #include "core/native/fused_optim.h"
+#include "adam_args.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -21,17 +22,7 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 native::AdamStepArgs make_args(bool decoupled, double weight_decay, double grad_scale, int step) {
-  native::AdamStepArgs a{};
-  a.lr = 1e-2;
-  a.beta1 = 0.9;
-  a.beta2 = 0.999;
-  a.eps = 1e-8;
-  a.weight_decay = weight_decay;
-  a.decoupled = decoupled;
-  a.bias_correction1 = 1.0 - std::pow(a.beta1, step);
-  a.bias_correction2 = 1.0 - std::pow(a.beta2, step);
-  a.grad_scale = grad_scale;
-  return a;
+  return ember::testing::adam_test_args(decoupled, weight_decay, grad_scale, step);
 }
 
 struct State {

@@ -24,12 +24,6 @@ namespace {
 
 using ember::testing::TempDir;
 
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& bytes) {
-  const std::string path = dir.file(name);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-  return path;
-}
-
 // An 8-byte little-endian header length, the header, then the data buffer.
 std::string safetensors_bytes(const std::string& header, const std::string& data, uint64_t length) {
   std::string out;
@@ -69,12 +63,12 @@ const std::string kF32x2 = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8
 
 TEST(BadInputs, SafetensorsEmptyFile) {
   TempDir dir("bad_inputs");
-  expect_load_error(write_file(dir, "empty.safetensors", ""), {"file is 0 bytes, too short for the 8-byte header length"});
+  expect_load_error(dir.write("empty.safetensors", ""), {"file is 0 bytes, too short for the 8-byte header length"});
 }
 
 TEST(BadInputs, SafetensorsTruncatedHeaderLength) {
   TempDir dir("bad_inputs");
-  expect_load_error(write_file(dir, "short.safetensors", std::string("\x10\x00\x00", 3)),
+  expect_load_error(dir.write("short.safetensors", std::string("\x10\x00\x00", 3)),
                     {"file is 3 bytes, too short for the 8-byte header length"});
 }
 
@@ -83,7 +77,7 @@ TEST(BadInputs, SafetensorsTruncatedHeader) {
   const std::string header = "{" + kF32x2 + "}";
   // The length promises the whole header, but the file stops 10 bytes into it.
   const std::string bytes = safetensors_bytes(header, std::string(8, '\0')).substr(0, 18);
-  expect_load_error(write_file(dir, "cut.safetensors", bytes),
+  expect_load_error(dir.write("cut.safetensors", bytes),
                     {"header length " + std::to_string(header.size()) + " runs past the end of the file (18 bytes)"});
 }
 
@@ -91,27 +85,27 @@ TEST(BadInputs, SafetensorsHeaderCutInsideJson) {
   TempDir dir("bad_inputs");
   // A consistent length, but the JSON text itself stops half way.
   const std::string header = ("{" + kF32x2).substr(0, 20);
-  expect_load_error(write_file(dir, "halfjson.safetensors", safetensors_bytes(header)), {"invalid JSON"});
+  expect_load_error(dir.write("halfjson.safetensors", safetensors_bytes(header)), {"invalid JSON"});
 }
 
 TEST(BadInputs, SafetensorsOversizedHeaderLength) {
   TempDir dir("bad_inputs");
   const std::string bytes = safetensors_bytes("{}", "", 200'000'000);
-  expect_load_error(write_file(dir, "huge.safetensors", bytes),
+  expect_load_error(dir.write("huge.safetensors", bytes),
                     {"header length 200000000 is larger than the 100000000-byte limit"});
 }
 
 TEST(BadInputs, SafetensorsHeaderLengthTopBitSet) {
   TempDir dir("bad_inputs");
   const std::string bytes = safetensors_bytes("{}", "", 0xffffffffffffffffull);
-  expect_load_error(write_file(dir, "neg.safetensors", bytes),
+  expect_load_error(dir.write("neg.safetensors", bytes),
                     {"header length 18446744073709551615 is larger than the 100000000-byte limit"});
 }
 
 TEST(BadInputs, SafetensorsOffsetsPastEnd) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "past.safetensors", safetensors_bytes(header, std::string(4, '\0'))),
+  expect_load_error(dir.write("past.safetensors", safetensors_bytes(header, std::string(4, '\0'))),
                     {"tensor 'w': data_offsets [0, 8] run past the end of the data buffer (4 bytes)"});
 }
 
@@ -120,14 +114,14 @@ TEST(BadInputs, SafetensorsOffsetsFarPastEnd) {
   // Sizes near 2^63 must not overflow into a small, plausible number.
   const std::string header =
       R"({"w":{"dtype":"I64","shape":[1152921504606846975],"data_offsets":[8,9223372036854775808]}})";
-  expect_load_error(write_file(dir, "far.safetensors", safetensors_bytes(header)), {"tensor 'w': data_offsets [8, 9223372036854775808] run past the end of the data buffer (0 bytes)"});
+  expect_load_error(dir.write("far.safetensors", safetensors_bytes(header)), {"tensor 'w': data_offsets [8, 9223372036854775808] run past the end of the data buffer (0 bytes)"});
 }
 
 TEST(BadInputs, SafetensorsOverlappingTensors) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
-  expect_load_error(write_file(dir, "overlap.safetensors", safetensors_bytes(header, std::string(12, '\0'))),
+  expect_load_error(dir.write("overlap.safetensors", safetensors_bytes(header, std::string(12, '\0'))),
                     {"tensors 'a' and 'b' overlap: 'b' starts at byte 4 before 'a' ends at byte 8"});
 }
 
@@ -135,82 +129,82 @@ TEST(BadInputs, SafetensorsGapBetweenTensors) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
-  expect_load_error(write_file(dir, "gap.safetensors", safetensors_bytes(header, std::string(12, '\0'))),
+  expect_load_error(dir.write("gap.safetensors", safetensors_bytes(header, std::string(12, '\0'))),
                     {"bytes [4, 8) of the data buffer belong to no tensor (gap before 'b')"});
 }
 
 TEST(BadInputs, SafetensorsTrailingBytes) {
   TempDir dir("bad_inputs");
-  expect_load_error(write_file(dir, "trail.safetensors", safetensors_bytes("{" + kF32x2 + "}", std::string(12, '\0'))),
+  expect_load_error(dir.write("trail.safetensors", safetensors_bytes("{" + kF32x2 + "}", std::string(12, '\0'))),
                     {"the data buffer has 4 bytes after the last tensor"});
 }
 
 TEST(BadInputs, SafetensorsUnknownDtype) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F7","shape":[2],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "dtype.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("dtype.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': unknown dtype 'F7'"});
 }
 
 TEST(BadInputs, SafetensorsUnsupportedDtype) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "u8.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("u8.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': dtype 'U8' is not supported"});
 }
 
 TEST(BadInputs, SafetensorsDtypeNotAString) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "dtype7.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("dtype7.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': 'dtype' must be a string"});
 }
 
 TEST(BadInputs, SafetensorsShapeByteMismatch) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "mismatch.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("mismatch.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': data_offsets [0, 8] span 8 bytes but shape [3] of F32 needs 12 bytes"});
 }
 
 TEST(BadInputs, SafetensorsNegativeShape) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})";
-  expect_load_error(write_file(dir, "negshape.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("negshape.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': shape entry 0 must be a non-negative integer"});
 }
 
 TEST(BadInputs, SafetensorsMissingDataOffsets) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F32","shape":[2]}})";
-  expect_load_error(write_file(dir, "nooffs.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("nooffs.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': missing 'data_offsets'"});
 }
 
 TEST(BadInputs, SafetensorsBeginAfterEnd) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})";
-  expect_load_error(write_file(dir, "rev.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("rev.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"tensor 'w': data_offsets [8, 0] have begin > end"});
 }
 
 TEST(BadInputs, SafetensorsHeaderNotAnObject) {
   TempDir dir("bad_inputs");
-  expect_load_error(write_file(dir, "array.safetensors", safetensors_bytes("[1, 2]")),
+  expect_load_error(dir.write("array.safetensors", safetensors_bytes("[1, 2]")),
                     {"header must be a JSON object, got array"});
 }
 
 TEST(BadInputs, SafetensorsDuplicateKey) {
   TempDir dir("bad_inputs");
   const std::string header = "{" + kF32x2 + "," + kF32x2 + "}";
-  expect_load_error(write_file(dir, "dup.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("dup.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"duplicate key 'w'"});
 }
 
 TEST(BadInputs, SafetensorsBadBoolByte) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})";
-  const std::string path = write_file(dir, "bool.safetensors", safetensors_bytes(header, std::string("\x01\x07", 2)));
+  const std::string path = dir.write("bool.safetensors", safetensors_bytes(header, std::string("\x01\x07", 2)));
   expect_error([&] { ember::nn::load_safetensors(path); },
                {path, "tensor 'm': BOOL element 1 has byte value 7 (must be 0 or 1)"});
 }
@@ -218,7 +212,7 @@ TEST(BadInputs, SafetensorsBadBoolByte) {
 TEST(BadInputs, SafetensorsMetadataNotStrings) {
   TempDir dir("bad_inputs");
   const std::string header = R"({"__metadata__":{"format":1},)" + kF32x2 + "}";
-  expect_load_error(write_file(dir, "meta.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
+  expect_load_error(dir.write("meta.safetensors", safetensors_bytes(header, std::string(8, '\0'))),
                     {"'__metadata__' field 'format' must be a string, got"});
 }
 
@@ -229,59 +223,59 @@ const std::string kBertConfig = R"({"vocab_size": 100, "hidden_size": 32, "num_h
 
 TEST(BadInputs, ConfigJsonMissingField) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"hidden_size": 32})");
+  const std::string path = dir.write("config.json", R"({"hidden_size": 32})");
   expect_error([&] { ember::nn::JsonConfig::load(path).get<int64_t>("vocab_size"); },
                {path, ": missing required field 'vocab_size'"});
 }
 
 TEST(BadInputs, ConfigJsonWrongTypedField) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"hidden_size": "32"})");
+  const std::string path = dir.write("config.json", R"({"hidden_size": "32"})");
   expect_error([&] { ember::nn::JsonConfig::load(path).get<int64_t>("hidden_size"); },
                {path, ": field 'hidden_size' must be an integer, got string"});
 }
 
 TEST(BadInputs, ConfigJsonFloatForInteger) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"hidden_size": 32.5})");
+  const std::string path = dir.write("config.json", R"({"hidden_size": 32.5})");
   expect_error([&] { ember::nn::JsonConfig::load(path).get<int>("hidden_size"); },
                {path, ": field 'hidden_size' must be an integer, got float"});
 }
 
 TEST(BadInputs, ConfigJsonIntegerOutOfRange) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"hidden_size": 4294967296})");
+  const std::string path = dir.write("config.json", R"({"hidden_size": 4294967296})");
   expect_error([&] { ember::nn::JsonConfig::load(path).get<int>("hidden_size"); }, {path, ": field 'hidden_size' = 4294967296 does not fit in a 32-bit integer"});
 }
 
 TEST(BadInputs, ConfigJsonNestedWrongType) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"id2label": {"0": 5}})");
+  const std::string path = dir.write("config.json", R"({"id2label": {"0": 5}})");
   expect_error([&] { ember::nn::JsonConfig::load(path).get<std::map<std::string, std::string>>("id2label"); },
                {path, ": field 'id2label.0' must be a string, got integer"});
 }
 
 TEST(BadInputs, ConfigJsonNotAnObject) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", "[1, 2, 3]");
+  const std::string path = dir.write("config.json", "[1, 2, 3]");
   expect_error([&] { ember::nn::JsonConfig::load(path); }, {path, ": expected a JSON object at the top level, got array"});
 }
 
 TEST(BadInputs, ConfigJsonTrailingGarbage) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"a": 1} x)");
+  const std::string path = dir.write("config.json", R"({"a": 1} x)");
   expect_error([&] { ember::nn::JsonConfig::load(path); }, {path, ": invalid JSON"});
 }
 
 TEST(BadInputs, ConfigJsonTruncated) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", kBertConfig.substr(0, 40));
+  const std::string path = dir.write("config.json", kBertConfig.substr(0, 40));
   expect_error([&] { ember::nn::JsonConfig::load(path); }, {path, ": invalid JSON"});
 }
 
 TEST(BadInputs, BertConfigMissingField) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "config.json", R"({"hidden_size": 32})");
+  const std::string path = dir.write("config.json", R"({"hidden_size": 32})");
   expect_error([&] { ember::nn::BertConfig::from_json_file(path); }, {path, ": missing required field 'vocab_size'"});
 }
 
@@ -289,7 +283,7 @@ TEST(BadInputs, BertConfigWrongTypedField) {
   TempDir dir("bad_inputs");
   std::string text = kBertConfig;
   text.replace(text.find("32"), 2, "\"32\"");
-  const std::string path = write_file(dir, "config.json", text);
+  const std::string path = dir.write("config.json", text);
   expect_error([&] { ember::nn::BertConfig::from_json_file(path); },
                {path, "field 'hidden_size' must be an integer, got string"});
 }
@@ -298,19 +292,19 @@ TEST(BadInputs, BertConfigWrongTypedField) {
 
 TEST(BadInputs, LaunchConfigWrongTypedKey) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "default_config.yaml", "num_processes: four\n");
+  const std::string path = dir.write("default_config.yaml", "num_processes: four\n");
   expect_error([&] { ember::distributed::LaunchConfig::load_yaml(path); }, {path, ": key 'num_processes': expected an integer, got 'four'"});
 }
 
 TEST(BadInputs, LaunchConfigUnknownKey) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "default_config.yaml", "num_procs: 2\n");
+  const std::string path = dir.write("default_config.yaml", "num_procs: 2\n");
   expect_error([&] { ember::distributed::LaunchConfig::load_yaml(path); }, {path, ": unknown key 'num_procs' (known keys: "});
 }
 
 TEST(BadInputs, LaunchConfigSyntaxError) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "default_config.yaml", "num_processes: [2\n");
+  const std::string path = dir.write("default_config.yaml", "num_processes: [2\n");
   expect_error([&] { ember::distributed::LaunchConfig::load_yaml(path); }, {path, ": YAML syntax error at line 2"});
 }
 
@@ -318,13 +312,13 @@ TEST(BadInputs, LaunchConfigSyntaxError) {
 
 TEST(BadInputs, VocabWithoutUnk) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "vocab.txt", "[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n");
+  const std::string path = dir.write("vocab.txt", "[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n");
   expect_error([&] { ember::data::WordPieceTokenizer::from_file(path); }, {path, "lacks the special token(s) [UNK]"});
 }
 
 TEST(BadInputs, VocabEmpty) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "vocab.txt", "");
+  const std::string path = dir.write("vocab.txt", "");
   expect_error([&] { ember::data::WordPieceTokenizer::from_file(path); }, {path, "is empty"});
 }
 
@@ -338,54 +332,54 @@ TEST(BadInputs, VocabMissingFile) {
 
 TEST(BadInputs, TsvWrongNumberOfColumns) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tlabel\ngood film \t1\nbad\tfilm \t0\n");
+  const std::string path = dir.write("train.tsv", "sentence\tlabel\ngood film \t1\nbad\tfilm \t0\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); },
                {"tsv: " + path + ":3: expected 2 tab-separated columns, found 3"});
 }
 
 TEST(BadInputs, TsvMissingColumn) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tlabel\ngood film \t1\nno label here\n");
+  const std::string path = dir.write("train.tsv", "sentence\tlabel\ngood film \t1\nno label here\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); },
                {"tsv: " + path + ":3: expected 2 tab-separated columns, found 1"});
 }
 
 TEST(BadInputs, TsvBadLabel) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tlabel\ngood film \tpositive\n");
+  const std::string path = dir.write("train.tsv", "sentence\tlabel\ngood film \tpositive\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); },
                {"tsv: " + path + ":2: bad label 'positive' (expected an integer in [0, 2))"});
 }
 
 TEST(BadInputs, TsvLabelOutOfRange) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tlabel\ngood film \t2\n");
+  const std::string path = dir.write("train.tsv", "sentence\tlabel\ngood film \t2\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); },
                {"tsv: " + path + ":2: bad label '2' (expected an integer in [0, 2))"});
 }
 
 TEST(BadInputs, TsvNegativeLabel) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tlabel\ngood film \t-1\n");
+  const std::string path = dir.write("train.tsv", "sentence\tlabel\ngood film \t-1\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); }, {"tsv: " + path + ":2: bad label '-1'"});
 }
 
 TEST(BadInputs, TsvMissingLabelColumn) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "sentence\tscore\ngood film \t1\n");
+  const std::string path = dir.write("train.tsv", "sentence\tscore\ngood film \t1\n");
   expect_error([&] { ember::data::read_labeled_tsv(path); }, {"tsv: " + path + ":1: header has no column 'label'"});
 }
 
 TEST(BadInputs, TsvEmptyFile) {
   TempDir dir("bad_inputs");
-  const std::string path = write_file(dir, "train.tsv", "");
+  const std::string path = dir.write("train.tsv", "");
   expect_error([&] { ember::data::read_labeled_tsv(path); }, {"tsv: '" + path + "' is empty (expected a header line)"});
 }
 
 TEST(BadInputs, TsvCorruptGzip) {
   TempDir dir("bad_inputs");
   // A gzip magic number followed by garbage.
-  const std::string path = write_file(dir, "train.tsv.gz", std::string("\x1f\x8b\x08\x00garbage-not-deflate", 23));
+  const std::string path = dir.write("train.tsv.gz", std::string("\x1f\x8b\x08\x00garbage-not-deflate", 23));
   expect_error([&] { ember::data::read_labeled_tsv(path); }, {"cannot read '" + path + "' (corrupt gzip data?)"});
 }
 

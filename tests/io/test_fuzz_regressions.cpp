@@ -18,12 +18,6 @@ namespace {
 
 using ember::testing::TempDir;
 
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& bytes) {
-  const std::string path = dir.file(name);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-  return path;
-}
-
 std::string nested(size_t depth, const std::string& inner = "") {
   return std::string(depth, '[') + inner + std::string(depth, ']');
 }
@@ -42,7 +36,7 @@ std::string message_of(const std::function<void()>& fn) {
 // nlohmann's serializer). Now refused while parsing.
 TEST(FuzzRegressions, ConfigJsonDeepNestingIsRefused) {
   TempDir dir("fuzz_regressions");
-  const std::string path = write_file(dir, "config.json", "{\"a\":" + nested(200000) + "}");
+  const std::string path = dir.write("config.json", "{\"a\":" + nested(200000) + "}");
   const std::string msg = message_of([&] { ember::nn::JsonConfig::load(path).dump(); });
   EXPECT_NE(msg.find(path + ": invalid JSON: arrays and objects nested more than 1000 levels deep (at offset 1004)"),
             std::string::npos)
@@ -75,7 +69,7 @@ TEST(FuzzRegressions, SafetensorsDeepHeaderIsRefused) {
   const std::string header = "{\"w\":" + nested(200000) + "}";
   std::string bytes;
   for (int i = 0; i < 8; ++i) bytes.push_back(char((uint64_t(header.size()) >> (8 * i)) & 0xff));
-  const std::string path = write_file(dir, "deep.safetensors", bytes + header);
+  const std::string path = dir.write("deep.safetensors", bytes + header);
   const std::string msg = message_of([&] { ember::nn::load_safetensors(path); });
   EXPECT_NE(msg.find("load_safetensors: " + path + ": header: invalid JSON: arrays and objects nested more than 1000"),
             std::string::npos)
@@ -96,7 +90,7 @@ TEST(FuzzRegressions, TsvHugeLabelWithoutNumLabels) {
   EXPECT_NE(msg.find("(expected an integer in [0, 16777216))"), std::string::npos) << msg;
 
   TempDir dir("fuzz_regressions");
-  const std::string small = write_file(dir, "l.tsv", "a\t7\nb\t16777216\n");
+  const std::string small = dir.write("l.tsv", "a\t7\nb\t16777216\n");
   const std::string m2 = message_of([&] { ember::data::read_labeled_tsv(small, o); });
   EXPECT_NE(m2.find(small + ":2: bad label '16777216' (expected an integer in [0, 16777216))"), std::string::npos) << m2;
 

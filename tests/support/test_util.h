@@ -60,6 +60,8 @@ class TempDir {
 
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `bytes` as the file `name` in the directory and returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const;
   // The names of the entries in the directory, sorted.
   std::vector<std::string> names() const;
 
