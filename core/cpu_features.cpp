@@ -1,5 +1,9 @@
 #include "core/cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -21,7 +25,10 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-  f.amx_bf16 = __builtin_cpu_supports("amx-bf16");
+  // CPUID.(EAX=7, ECX=0):EDX bit 22. Read directly: clang 14's __builtin_cpu_supports does not
+  // know "amx-bf16" (the fuzz and sanitizer builds use clang).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.amx_bf16 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((edx >> 22) & 1u);
 #endif
   return f;
 }
