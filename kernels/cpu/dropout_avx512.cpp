@@ -14,6 +14,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#endif
 
 namespace ember::cpu {
 namespace {
@@ -80,5 +83,8 @@ int64_t dropout_keep_blocks_avx512(uint64_t key, uint64_t first, int64_t count, 
 
 }  // namespace ember::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 #pragma GCC diagnostic pop

@@ -15,6 +15,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#endif
 
 namespace ember::cpu {
 namespace {
@@ -124,5 +127,8 @@ void gelu_backward_row_avx512(BFloat16* d, const BFloat16* g, const BFloat16* x,
 
 }  // namespace ember::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 #pragma GCC diagnostic pop

@@ -44,6 +44,9 @@
 // is compiled for it and nothing here is inline in a header another file could pick up.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
+#endif
 
 namespace ember::cpu {
 namespace {
@@ -448,5 +451,8 @@ void gemm_bf16_avx512_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 }  // namespace ember::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 #pragma GCC diagnostic pop
