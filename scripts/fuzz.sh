@@ -30,7 +30,10 @@ done
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 bash scripts/install_deps.sh
 
-export CCACHE_DIR="${CCACHE_DIR:-$BUILD/.ccache}"
+# The machine's shared compiler cache, as scripts/test.sh uses (clang objects hash apart).
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ember-ccache}"
+export CCACHE_BASEDIR="$ROOT"
+export CCACHE_NOHASHDIR=true
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DEMBER_FUZZ=ON -DEMBER_CUDA=OFF \
   -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=OFF

@@ -22,6 +22,7 @@ PACKAGES=(
   libgloo-dev
   libdnnl-dev
   iproute2
+  clang
 )
 
 is_installed() {
