@@ -197,6 +197,20 @@ void usage(const char* argv0) {
   std::fprintf(stderr, "usage: %s [--quick] [--csv FILE]\n", argv0);
 }
 
+// BERT fine-tuning AdamW at step 10: lr 1e-4, betas (0.9, 0.999), weight decay 0.01.
+native::AdamStepArgs bert_adamw_args() {
+  native::AdamStepArgs args{};
+  args.lr = 1e-4;
+  args.beta1 = 0.9;
+  args.beta2 = 0.999;
+  args.eps = 1e-8;
+  args.weight_decay = 0.01;
+  args.decoupled = true;
+  args.bias_correction1 = 1.0 - std::pow(args.beta1, 10.0);
+  args.bias_correction2 = 1.0 - std::pow(args.beta2, 10.0);
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -340,15 +354,7 @@ int main(int argc, char** argv) {
   // param, exp_avg, exp_avg_sq read and written (3 * 2 * 4 bytes), grad read (esize)
   b.group("adam_step", [&] {
     const int64_t n = q ? int64_t(8) << 20 : int64_t(110) * 1000 * 1000;
-    native::AdamStepArgs args{};
-    args.lr = 1e-4;
-    args.beta1 = 0.9;
-    args.beta2 = 0.999;
-    args.eps = 1e-8;
-    args.weight_decay = 0.01;
-    args.decoupled = true;
-    args.bias_correction1 = 1.0 - std::pow(args.beta1, 10.0);
-    args.bias_correction2 = 1.0 - std::pow(args.beta2, 10.0);
+    const native::AdamStepArgs args = bert_adamw_args();
     const Tensor param = gpu_randn({n}, DType::f32);
     const Tensor exp_avg = zeros({n}, {DType::f32, gpu()}), exp_avg_sq = zeros({n}, {DType::f32, gpu()});
     for (const DType gt : kFloats) {
@@ -382,15 +388,7 @@ int main(int argc, char** argv) {
       shapes.push_back(s);  // pooler, MLM transform + LayerNorm, decoder bias (weight tied)
     int64_t total = 0;
     for (const Shape& s : shapes) total += numel_of(s);
-    native::AdamStepArgs args{};
-    args.lr = 1e-4;
-    args.beta1 = 0.9;
-    args.beta2 = 0.999;
-    args.eps = 1e-8;
-    args.weight_decay = 0.01;
-    args.decoupled = true;
-    args.bias_correction1 = 1.0 - std::pow(args.beta1, 10.0);
-    args.bias_correction2 = 1.0 - std::pow(args.beta2, 10.0);
+    const native::AdamStepArgs args = bert_adamw_args();
     const std::string label = std::to_string(total) + " (" + std::to_string(shapes.size()) + " tensors)";
     for (const DType gt : kFloats) {
       std::vector<native::AdamTensors> list;
