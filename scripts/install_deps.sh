@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that Ember's build, tests, benchmarks and examples need.
+# Installs every Debian package that Ember's build, tests, benchmarks and examples need, and the
+# Python tools some tests read Ember's output with (TensorBoard's event reader) in a virtual
+# environment at $EMBER_PYTOOLS (default ~/.cache/ember-pytools).
 # Debian 12, as root (or through sudo). Packages already present are left alone, and the
 # package index is refreshed only when something is missing. The CUDA toolkit is optional
 # and not installed here: CMake turns the CUDA backend on when it finds nvcc.
@@ -23,6 +25,9 @@ PACKAGES=(
   libdnnl-dev
   iproute2
   clang
+  chromium
+  doxygen
+  python3-venv
 )
 
 is_installed() {
@@ -34,8 +39,25 @@ for pkg in "${PACKAGES[@]}"; do
   is_installed "$pkg" || missing+=("$pkg")
 done
 
+# Pinned so that a test's reader does not change under it.
+PYTOOLS=${EMBER_PYTOOLS:-$HOME/.cache/ember-pytools}
+PYTOOLS_REQUIREMENTS=(tensorboard==2.21.0)
+
+install_pytools() {
+  if [[ -x "$PYTOOLS/bin/python" ]] && "$PYTOOLS/bin/python" -c 'import tensorboard' 2>/dev/null; then
+    return
+  fi
+  echo "install_deps: Python tools into $PYTOOLS (${PYTOOLS_REQUIREMENTS[*]})"
+  # Not fatal: without them the tests that need them skip and say why.
+  if ! { /usr/bin/python3 -m venv "$PYTOOLS" &&
+         "$PYTOOLS/bin/pip" install --quiet --disable-pip-version-check "${PYTOOLS_REQUIREMENTS[@]}"; }; then
+    echo "install_deps: could not install the Python tools; tests that read with them will skip" >&2
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#PACKAGES[@]} packages present"
+  install_pytools
   exit 0
 fi
 
@@ -52,3 +74,4 @@ echo "install_deps: installing ${missing[*]}"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${missing[@]}"
+install_pytools
