@@ -1,4 +1,4 @@
-// The `ember` command: launch, config, env.
+// The `ember` command: launch, config, env, plot.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,6 +24,7 @@ const std::map<std::string, Subcommand>& subcommands() {
       {"launch", {launch_command, launch_usage}},
       {"config", {config_command, config_usage}},
       {"env", {env_command, env_usage}},
+      {"plot", {plot_command, plot_usage}},
   };
   return table;
 }
@@ -35,6 +36,7 @@ std::string usage() {
          "  launch    start a program as several ranks (processes), on one machine or several\n"
          "  config    write the config file that `ember launch` reads\n"
          "  env       print the version, build, hardware and default config\n"
+         "  plot      draw runs' logged metrics as one self-contained HTML report\n"
          "\n"
          "`ember <command> --help` describes a command's options.\n";
 }

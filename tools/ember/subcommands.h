@@ -9,9 +9,11 @@ namespace ember::cli {
 int launch_command(const std::vector<std::string>& args);
 int config_command(const std::vector<std::string>& args);
 int env_command(const std::vector<std::string>& args);
+int plot_command(const std::vector<std::string>& args);
 
 std::string launch_usage();
 std::string config_usage();
 std::string env_usage();
+std::string plot_usage();
 
 }  // namespace ember::cli
