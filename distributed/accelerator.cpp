@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "distributed/operations.h"
+#include "distributed/plot/html_report.h"
 #include "nn/io/safetensors.h"
 #include "nn/models/bert.h"
 #include "nn/models/pretrained.h"
@@ -55,6 +56,7 @@ bool same_directory(fs::path a, fs::path b) {
 
 Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(options)) {
   apply_env_defaults();
+  trackers_ = std::make_unique<tracking::TrackerGroup>(options_.log_with);  // unknown names first
   validate_options();
   state_ = AcceleratorState::initialize(options_.cpu, options_.timeout);
   gradient_state_ = std::make_shared<GradientState>(options_.gradient_accumulation_steps);
@@ -65,7 +67,14 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   if (options_.seed) set_seed(*options_.seed);
 }
 
-Accelerator::~Accelerator() = default;
+Accelerator::~Accelerator() {
+  // A destructor must not throw: a tracker that cannot be closed is reported on stderr.
+  try {
+    end_training();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "Accelerator: closing the trackers failed: %s\n", e.what());
+  }
+}
 
 void Accelerator::apply_env_defaults() {
   if (options_.mixed_precision == "no") {
@@ -100,6 +109,25 @@ void Accelerator::validate_options() const {
   EMBER_CHECK(o.timeout.count() > 0, "Accelerator: timeout must be positive");
   EMBER_CHECK(o.check_finite_loss == "no" || o.check_finite_loss == "warn" || o.check_finite_loss == "error",
               "Accelerator: check_finite_loss must be 'no', 'warn' or 'error', got '", o.check_finite_loss, "'");
+  EMBER_CHECK(o.log_with.empty() || !o.project_dir.empty(),
+              "Accelerator: log_with needs project_dir (runs are written to <project_dir>/<project_name>/)");
+}
+
+// ---- experiment tracking
+
+void Accelerator::init_trackers(const std::string& project_name, const TrackerConfig& config) {
+  trackers_->start(options_.project_dir, project_name, config, is_main_process());
+}
+
+void Accelerator::log(const LogValues& values, std::optional<int64_t> step) { trackers_->log(values, step); }
+
+void Accelerator::end_training() {
+  if (!trackers_ || !trackers_->active()) return;
+  // The run's curves, as `ember plot RUN_DIR` draws them, next to its logs.
+  const bool report = trackers_->get("jsonl") != nullptr && trackers_->log_calls() > 0;
+  const std::string run_dir = trackers_->run_dir();
+  trackers_->finish();
+  if (report) plot::write_html_report({run_dir}, run_dir + "/report.html");
 }
 
 bool Accelerator::optimizer_step_was_skipped() const {

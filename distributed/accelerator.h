@@ -54,6 +54,7 @@
 #include "distributed/accelerator_state.h"
 #include "distributed/checkpointing.h"
 #include "distributed/ddp.h"
+#include "distributed/tracking/tracker_group.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
@@ -74,6 +75,10 @@ struct AcceleratorOptions {
   // Prepared schedulers step with the optimizer (num_processes times per real update unless
   // split_batches); off: every call steps once.
   bool step_scheduler_with_optimizer = true;
+  // Experiment trackers init_trackers/log write to, under <project_dir>/<project_name>/ (so
+  // project_dir is then required): "jsonl" (metrics.jsonl), "tensorboard" (an event file),
+  // "all". Declared before project_dir so that {.log_with = ..., .project_dir = ...} compiles.
+  std::vector<std::string> log_with = {};
   // save_state() without a directory writes <project_dir>/checkpoints/checkpoint_<n>.
   std::string project_dir = "";
   // Automatic checkpoints kept under project_dir (the oldest are removed); -1: all.
@@ -95,6 +100,11 @@ struct AcceleratorOptions {
   // the rank whose loss is bad stops; the others then see a dead peer in their next collective.
   std::string check_finite_loss = "no";
 };
+
+using tracking::LogValues;
+using tracking::Tracker;
+using tracking::TrackerConfig;
+using tracking::TrackerValue;
 
 // Removes a registered hook when remove() is called (destroying the handle keeps the hook).
 class RemovableHandle {
@@ -404,6 +414,24 @@ class Accelerator {
   // The next pass of the loader's current epoch starts after its first `n` batches.
   void skip_first_batches(AcceleratedDataLoader& loader, int64_t n) { loader.skip_first_batches(n); }
 
+  // ---- experiment tracking (Accelerate's init_trackers / log / end_training). The main
+  // process writes; elsewhere these check their arguments and write nothing.
+  // Starts the run <project_dir>/<project_name>/: config.json holds `config`, and every tracker
+  // of log_with opens its file there (metrics.jsonl is appended to, so a resumed run continues
+  // it). With log_with empty nothing is written and log() only checks its arguments.
+  void init_trackers(const std::string& project_name, const TrackerConfig& config = {});
+  // One row of scalars at `step`; without one, at the number of earlier log() calls since
+  // init_trackers. Each tracker's file is flushed before this returns. Raises before
+  // init_trackers and for the reserved names "step" and "wall_time".
+  void log(const LogValues& values, std::optional<int64_t> step = std::nullopt);
+  // Flushes and closes the trackers; again (or without a run) it does nothing. The destructor
+  // calls it too. With "jsonl" and at least one row logged, the main process also writes the
+  // run's curves to <project_dir>/<project_name>/report.html (what `ember plot` draws).
+  void end_training();
+  // The active tracker called `name` ("jsonl", "tensorboard"); nullptr when it is not selected,
+  // no run is active, or this is not the main process.
+  Tracker* get_tracker(const std::string& name) const { return trackers_->get(name); }
+
   const std::vector<std::shared_ptr<nn::Module>>& models() const { return models_; }
   const std::vector<std::shared_ptr<AcceleratedOptimizer>>& optimizers() const { return optimizers_; }
   const std::vector<std::shared_ptr<AcceleratedScheduler>>& schedulers() const { return schedulers_; }
@@ -462,6 +490,8 @@ class Accelerator {
   std::shared_ptr<std::map<int, SaveStatePreHook>> save_hooks_ = std::make_shared<std::map<int, SaveStatePreHook>>();
   std::shared_ptr<std::map<int, LoadStatePreHook>> load_hooks_ = std::make_shared<std::map<int, LoadStatePreHook>>();
   int next_hook_id_ = 0;
+
+  std::unique_ptr<tracking::TrackerGroup> trackers_;
 };
 
 }  // namespace ember::distributed
