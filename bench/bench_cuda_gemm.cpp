@@ -26,6 +26,7 @@
 #include "core/device_api.h"
 #include "core/factory.h"
 #include "core/native/linalg.h"
+#include "core/progress.h"
 #include "kernels/cuda/cublas_handles.h"
 
 using namespace ember;
@@ -142,9 +143,12 @@ int main() {
       {"bf16", DType::bf16, false}, {"f16", DType::f16, false}, {"f32", DType::f32, false}, {"tf32", DType::f32, true}};
   std::printf("%-16s %-5s %-22s %11s %11s %7s %11s\n", "shape", "dtype", "b x n x k x m", "Ember TF/s",
               "cuBLAS TF/s", "ratio", "max|diff|");
+  const std::vector<Case> all_cases = cases();
+  ProgressBar bar("bench_cuda_gemm", int64_t(std::size(precisions) * all_cases.size()), "case");
+  int64_t done = 0;
   for (const Precision& p : precisions) {
     cuda::set_allow_tf32(p.tf32);
-    for (const Case& c : cases()) {
+    for (const Case& c : all_cases) {
       const Tensor a = operand(c.batch, c.n, c.k, c.a_t, p.dtype);
       const Tensor b = operand(c.batch, c.k, c.m, c.b_t, p.dtype);
       Tensor ember_out;
@@ -179,11 +183,14 @@ int main() {
       const double ember_tf = flops / (ember_ms * 1e-3) / 1e12, cublas_tf = flops / (cublas_ms * 1e-3) / 1e12;
       const std::string dims = std::to_string(c.batch) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
                                "x" + std::to_string(c.m);
-      std::printf("%-16s %-5s %-22s %11.1f %11.1f %7.3f %11.3g\n", c.name.c_str(), p.name, dims.c_str(), ember_tf,
-                  cublas_tf, ember_tf / cublas_tf, max_abs_diff(ember_out, cublas_out));
-      std::fflush(stdout);
+      char row[160];
+      std::snprintf(row, sizeof row, "%-16s %-5s %-22s %11.1f %11.1f %7.3f %11.3g", c.name.c_str(), p.name,
+                    dims.c_str(), ember_tf, cublas_tf, ember_tf / cublas_tf, max_abs_diff(ember_out, cublas_out));
+      bar.print(row);
+      bar.update(++done, c.name + " " + p.name);
     }
   }
+  bar.finish();
   cuda::set_allow_tf32(false);
   check(cublasDestroy(handle), "cublasDestroy");
   return 0;

@@ -44,6 +44,7 @@
 #include "core/native/nn_functional.h"
 #include "core/native/normalization.h"
 #include "core/native/reduce.h"
+#include "core/progress.h"
 #include "kernels/cuda/cuda_runtime.h"
 
 using namespace ember;
@@ -51,6 +52,8 @@ using namespace ember;
 namespace {
 
 constexpr int kWarmup = 3;
+// The b.group(...) calls in main, for the progress bar's total.
+constexpr int64_t kGroups = 12;
 
 struct Options {
   bool quick = false;
@@ -97,7 +100,8 @@ Tensor gpu_randn(const Shape& shape, DType dtype) {
 
 class Bench {
  public:
-  explicit Bench(const Options& opt) : opt_(opt), reps_(opt.quick ? 5 : 20) {
+  Bench(const Options& opt, int64_t groups)
+      : opt_(opt), reps_(opt.quick ? 5 : 20), bar_("bench_cuda_ops", groups, "group") {
     stream_ = cuda::current_stream();
     check(cudaEventCreate(&start_), "cudaEventCreate");
     check(cudaEventCreate(&stop_), "cudaEventCreate");
@@ -158,9 +162,10 @@ class Bench {
   double print_row(const std::string& op, DType dtype, const std::string& shape, double bytes, double us) {
     const double gbps = bytes / (us * 1e-6) / 1e9;
     const double pct = copy_gbps_ > 0 ? 100.0 * gbps / copy_gbps_ : 0.0;
-    std::printf("%-24s %-5s %-24s %11.1f %9.1f %9.1f\n", op.c_str(), short_name(dtype), shape.c_str(), us, gbps,
-                pct);
-    std::fflush(stdout);
+    char line[160];
+    std::snprintf(line, sizeof line, "%-24s %-5s %-24s %11.1f %9.1f %9.1f", op.c_str(), short_name(dtype),
+                  shape.c_str(), us, gbps, pct);
+    bar_.print(line);
     if (csv_ != nullptr) {
       std::fprintf(csv_, "%s,%s,%s,%.3f,%.3f,%.3f\n", op.c_str(), short_name(dtype), shape.c_str(), us, gbps, pct);
       std::fflush(csv_);
@@ -179,7 +184,10 @@ class Bench {
       ++failures_;
     }
     cuda_empty_cache();
+    bar_.update(++groups_done_, name);
   }
+
+  void finish() { bar_.finish(); }
 
  private:
   Options opt_;
@@ -191,6 +199,8 @@ class Bench {
   FILE* csv_ = nullptr;
   double copy_gbps_ = 0;
   int failures_ = 0;
+  ProgressBar bar_;
+  int64_t groups_done_ = 0;
 };
 
 void usage(const char* argv0) {
@@ -231,7 +241,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  Bench b(opt);
+  Bench b(opt, kGroups);
   const bool q = b.quick();
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -436,6 +446,7 @@ int main(int argc, char** argv) {
     }
   });
 
+  b.finish();
   if (b.failures() > 0) {
     std::fprintf(stderr, "%d case group(s) failed\n", b.failures());
     return 1;

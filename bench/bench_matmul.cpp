@@ -34,6 +34,7 @@
 #include <array>
 #include <string>
 
+#include "bench/progress_reporter.h"
 #include "ember/ember.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -227,7 +228,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   register_all();
-  benchmark::RunSpecifiedBenchmarks();
+  bench::ProgressReporter reporter("bench_matmul");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
 }

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "bench/progress_reporter.h"
 #include "ember/ember.h"
 
 namespace {
@@ -88,4 +89,11 @@ BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_Gelu)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  bench::ProgressReporter reporter("bench_ops");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

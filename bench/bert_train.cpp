@@ -108,7 +108,9 @@ int main(int argc, char** argv) {
       const double ms = model.train_step(opt, a.batch, a.seq, a.vocab, a.dtype == "bf16", &last_loss);
       if (it == 0) first_loss = last_loss;
       if (it >= a.warmup) times.push_back(ms);
-      bar.update(it + 1);
+      char post[96];
+      std::snprintf(post, sizeof post, "loss %.3f | %.0f tok/s", last_loss, double(a.batch * a.seq) / (ms / 1000.0));
+      bar.update(it + 1, post);
     }
     bar.finish();
     std::sort(times.begin(), times.end());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/bert_bench_model.h"
+#include "core/progress.h"
 #include "distributed/ddp.h"
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
     manual_seed(a.seed + 1000 * uint64_t(info.rank));  // each rank its own batches
 
     std::vector<double> times;
+    ProgressBar bar("ddp_scaling", a.warmup + a.steps);  // drawn by local rank 0 only
     for (int64_t it = 0; it < a.warmup + a.steps; ++it) {
       if (it == a.warmup) {
         if (pg) pg->barrier();
@@ -89,7 +91,11 @@ int main(int argc, char** argv) {
       }
       const double ms = model.train_step(opt, a.batch, a.seq, a.vocab);
       if (it >= a.warmup) times.push_back(ms);
+      char post[64];
+      std::snprintf(post, sizeof post, "%.0f tok/s per rank", double(a.batch * a.seq) / (ms / 1000.0));
+      bar.update(it + 1, post);
     }
+    bar.finish();
 
     // The job moves at the pace of its slowest rank: take the per-step maximum over ranks.
     double comm_ms = 0, exposed_ms = 0;

@@ -177,13 +177,18 @@ double evaluate(const Args& a, nn::BertForSequenceClassification& model, data::D
   NoGradGuard ng;
   auto autocast = forward_precision(a);
   model.eval();
-  int64_t correct = 0, total = 0;
+  int64_t correct = 0, total = 0, batches = 0;
+  ProgressBar bar("evaluate", loader.size(), "batch");
   for (auto& batch : loader) {
     auto out = model.forward(batch);
     Tensor pred = argmax(out.logits, -1);
     correct += sum(eq(pred, batch.at("labels"))).item<int64_t>();
     total += batch.size();
+    char post[48];
+    std::snprintf(post, sizeof post, "accuracy %.2f%%", 100.0 * double(correct) / double(total));
+    bar.update(++batches, post);
   }
+  bar.finish();
   model.train();
   return total ? double(correct) / double(total) : 0.0;
 }
@@ -225,7 +230,7 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
     train_loader.set_epoch(epoch);
-    ProgressBar bar("finetune epoch " + std::to_string(epoch + 1), train_loader.size());
+    ProgressBar bar("finetune epoch " + std::to_string(epoch + 1), train_loader.size(), "batch");
     double ema = 0.0;
     int64_t local = 0, examples = 0;
     for (auto& batch : train_loader) {

@@ -1,6 +1,6 @@
-// What the two SST-2 fine-tuning examples share: options, data, model. The examples themselves
-// (sst2_finetune.cpp, sst2_finetune_accelerate.cpp) hold only the training loop, so that they
-// differ in the Accelerator lines alone.
+// What the two SST-2 fine-tuning examples share: options, data, model, the progress postfix.
+// The examples themselves (sst2_finetune.cpp, sst2_finetune_accelerate.cpp) hold only the
+// training loop, so that they differ in the Accelerator lines alone.
 #pragma once
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +28,9 @@ struct Options {
   int64_t train_limit = -1;  // only the first N training phrases (quick checks)
   uint64_t seed = 0;
   int threads = 0;
+  // Where the Accelerator example logs (metrics.jsonl, TensorBoard events, report.html under
+  // <project_dir>/sst2_finetune_accelerate/); the plain example ignores it.
+  std::string project_dir = "runs";
 };
 
 inline Options parse(int argc, char** argv, const char* program) {
@@ -36,7 +39,7 @@ inline Options parse(int argc, char** argv, const char* program) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
       std::printf("usage: %s [--epochs N] [--batch B] [--lr X] [--max-len L] [--pretrained DIR]\n"
-                  "       [--data-dir D] [--train-limit N] [--seed S] [--threads T]\n", program);
+                  "       [--data-dir D] [--train-limit N] [--seed S] [--threads T] [--project-dir D]\n", program);
       std::exit(0);
     }
     EMBER_CHECK(i + 1 < argc, program, ": ", k, " needs a value");
@@ -50,6 +53,7 @@ inline Options parse(int argc, char** argv, const char* program) {
     else if (k == "--train-limit") o.train_limit = std::stoll(v);
     else if (k == "--seed") o.seed = std::stoull(v);
     else if (k == "--threads") o.threads = std::stoi(v);
+    else if (k == "--project-dir") o.project_dir = v;
     else EMBER_FAIL(program, ": unknown option ", k, " (see --help)");
   }
   return o;
@@ -80,6 +84,13 @@ inline data::DataLoader train_loader(const Options& o, const Data& d) {
 
 inline data::DataLoader eval_loader(const Data& d) {
   return data::DataLoader(d.dev, {.batch_size = 128, .collate = data::PadCollate()});
+}
+
+// What the training progress bar shows after each step.
+inline std::string loss_postfix(const Tensor& loss) {
+  char text[32];
+  std::snprintf(text, sizeof text, "loss %.4f", loss.item<double>());
+  return text;
 }
 
 // BERT-mini with a classification head: from `pretrained` when given, else freshly initialised.

@@ -11,7 +11,7 @@ using namespace ember;
 
 int main(int argc, char** argv) try {
   const sst2::Options opt = sst2::parse(argc, argv, "sst2_finetune");
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up as they are printed
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // result lines show up as they are printed
   if (opt.threads > 0) set_num_threads(opt.threads);
   manual_seed(opt.seed);
   const sst2::Data sst = sst2::load(opt);
@@ -25,6 +25,7 @@ int main(int argc, char** argv) try {
   for (int64_t epoch = 0; epoch < opt.epochs; ++epoch) {
     model->train();
     train_loader.set_epoch(epoch);
+    ProgressBar bar("epoch " + std::to_string(epoch + 1) + " train", train_loader.size(), "batch");
     int64_t step = 0;
     for (auto& batch : train_loader) {
       auto out = model->forward(batch);
@@ -33,18 +34,22 @@ int main(int argc, char** argv) try {
       optimizer.step();
       scheduler->step();
       optimizer.zero_grad();
-      if (++step % 200 == 0) std::printf("epoch %lld step %lld: loss %.4f\n", (long long)epoch + 1, (long long)step, out.loss.item<double>());
+      bar.update(++step, sst2::loss_postfix(out.loss));
     }
+    bar.finish();
 
     model->eval();
     NoGradGuard no_grad;
-    int64_t correct = 0, total = 0;
+    int64_t correct = 0, total = 0, evaluated = 0;
+    ProgressBar eval_bar("epoch " + std::to_string(epoch + 1) + " dev", dev_loader.size(), "batch");
     for (auto& batch : dev_loader) {
       Tensor predictions = argmax(model->forward(batch).logits, -1);
       Tensor labels = batch.at("labels");
       correct += sum(eq(predictions, labels)).item<int64_t>();
       total += labels.numel();
+      eval_bar.update(++evaluated);
     }
+    eval_bar.finish();
     std::printf("epoch %lld: SST-2 dev accuracy %.2f%% (%lld sentences)\n", (long long)epoch + 1,
                 100.0 * double(correct) / double(total), (long long)total);
   }

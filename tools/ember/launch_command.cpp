@@ -96,9 +96,18 @@ std::string resolve_program(const std::string& program) {
   EMBER_FAIL("ember launch: cannot find program '", program, "' (not in PATH, not in the current directory)");
 }
 
+// The ranks write into pipes, so a progress bar cannot see the user's terminal by itself: the
+// main rank is told (EMBER_PROGRESS=tty, see core/progress.h) when the launcher's stderr is one
+// and the user has not chosen a progress mode.
+bool main_rank_draws_on_terminal() {
+  const char* chosen = std::getenv("EMBER_PROGRESS");
+  return (!chosen || !*chosen) && ::isatty(STDERR_FILENO) != 0;
+}
+
 // The launcher's environment with the rank's variables put in place of any inherited ones.
 std::vector<std::string> environment_for(const LaunchConfig& config, int local_rank) {
-  const auto variables = distributed::rank_environment(config, local_rank);
+  auto variables = distributed::rank_environment(config, local_rank);
+  if (local_rank == 0 && main_rank_draws_on_terminal()) variables.emplace_back("EMBER_PROGRESS", "tty");
   std::set<std::string> replaced;
   for (const auto& [name, value] : variables) replaced.insert(name);
   std::vector<std::string> env;
@@ -119,6 +128,11 @@ std::string launch_usage() {
          "LOCAL_RANK, LOCAL_WORLD_SIZE and the EMBER_* settings in their environment, prefixes every line\n"
          "they print with \"[rank R] \", and stops them all when one fails. Settings come from the flags,\n"
          "then the config file (see `ember config`), then the defaults.\n"
+         "\n"
+         "Progress bars are drawn by local rank 0 only. When this command's stderr is a terminal and\n"
+         "EMBER_PROGRESS is unset, local rank 0 gets EMBER_PROGRESS=tty and its bar is redrawn in place\n"
+         "behind its prefix; elsewhere only the final state of a redrawn line is written.\n"
+         "A user's own EMBER_PROGRESS (off, lines, bar) is passed on unchanged.\n"
          "\n"
          "options:\n" +
          describe_config_flags() +

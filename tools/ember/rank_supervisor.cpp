@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ember::cli {
@@ -21,6 +22,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxLine = size_t(1) << 20;
+constexpr std::string_view kEraseLine = "\033[K";
+// Back to the start of the terminal line, and erase it.
+constexpr std::string_view kClearLine = "\r\033[K";
 // After the last rank exits, output still buffered in pipes held open by its own children is
 // read for at most this long.
 constexpr auto kDrainTime = std::chrono::seconds(1);
@@ -63,20 +67,71 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-// One of a rank's output pipes, re-emitted line by line.
+// The line on the launcher's terminal that a rank is redrawing in place (a progress bar
+// writing "\r" + its line), so that other output clears it first and draws it again after.
+struct LiveLine {
+  bool showing = false;
+  int owner = -1;  // read end of the pipe redrawing it
+  int target = -1;
+  std::string text;  // prefixed, as shown
+};
+
+// What a terminal shows of `text`: the part after the last carriage return that has something
+// after it ("a\rb" shows "b"; a CRLF line end keeps its line), without the erase-line sequence
+// a redraw starts with.
+std::string_view visible(std::string_view text) {
+  while (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+  if (const size_t cr = text.rfind('\r'); cr != std::string_view::npos) text.remove_prefix(cr + 1);
+  if (text.starts_with(kEraseLine)) text.remove_prefix(kEraseLine.size());
+  return text;
+}
+
+// One of a rank's output pipes, re-emitted line by line. Carriage returns are resolved to what a
+// terminal would show: on a terminal the unfinished line is redrawn in place behind the prefix,
+// elsewhere only a line's final state is written.
 struct OutputPipe {
   int fd = -1;
   int target = STDOUT_FILENO;
+  bool target_is_terminal = false;
+  LiveLine* live = nullptr;
   std::string prefix;
   std::string pending;
 
   bool open() const { return fd >= 0; }
 
-  void emit(const char* data, size_t size) {
+  void emit(std::string_view text) {
+    const bool over_live_line = target_is_terminal && live->showing;
     std::string line;
-    line.reserve(prefix.size() + size + 1);
-    line.append(prefix).append(data, size).push_back('\n');
+    if (over_live_line) line.append(kClearLine);
+    line.append(prefix).append(visible(text)).push_back('\n');
     write_all(target, line);
+    if (!over_live_line) return;
+    if (live->owner == fd)
+      live->showing = false;  // its final state, now a line like any other
+    else
+      write_all(live->target, live->text);  // back in place under the line just written
+  }
+
+  // The unfinished line after its last carriage return is the rank's current redraw.
+  void show_redraw() {
+    const size_t cr = pending.rfind('\r');
+    if (cr == std::string::npos || cr + 1 == pending.size()) return;
+    pending.erase(0, cr + 1);
+    if (!target_is_terminal) return;
+    if (visible(pending).empty()) {
+      // The rank erased its line (to print above it): so does the terminal.
+      if (live->showing && live->owner == fd) {
+        write_all(target, kClearLine.data(), kClearLine.size());
+        *live = LiveLine{};
+      }
+      return;
+    }
+    live->text = prefix + std::string(visible(pending));
+    live->showing = true;
+    live->owner = fd;
+    live->target = target;
+    write_all(target, kClearLine.data(), kClearLine.size());
+    write_all(target, live->text);
   }
 
   void emit_complete_lines() {
@@ -84,19 +139,21 @@ struct OutputPipe {
     for (;;) {
       const size_t nl = pending.find('\n', start);
       if (nl == std::string::npos) break;
-      emit(pending.data() + start, nl - start);
+      emit(std::string_view(pending).substr(start, nl - start));
       start = nl + 1;
     }
     pending.erase(0, start);
+    show_redraw();
     while (pending.size() >= kMaxLine) {
-      emit(pending.data(), kMaxLine);
+      emit(std::string_view(pending).substr(0, kMaxLine));
       pending.erase(0, kMaxLine);
     }
   }
 
   void close_pipe() {
-    if (!pending.empty()) emit(pending.data(), pending.size());
+    if (!pending.empty()) emit(pending);
     pending.clear();
+    if (live->owner == fd) *live = LiveLine{};
     ::close(fd);
     fd = -1;
   }
@@ -245,8 +302,8 @@ class Supervisor {
     r.pid = pid;
     r.running = true;
     const std::string prefix = "[rank " + std::to_string(spec.rank) + "] ";
-    r.out = OutputPipe{out[0], STDOUT_FILENO, prefix, {}};
-    r.err = OutputPipe{err[0], STDERR_FILENO, prefix, {}};
+    r.out = OutputPipe{out[0], STDOUT_FILENO, stdout_is_terminal_, &live_line_, prefix, {}};
+    r.err = OutputPipe{err[0], STDERR_FILENO, stderr_is_terminal_, &live_line_, prefix, {}};
     return true;
   }
 
@@ -361,6 +418,9 @@ class Supervisor {
   Clock::time_point kill_deadline_{};
   int exit_status_ = 0;
   int exec_error_ = 0;
+  const bool stdout_is_terminal_ = ::isatty(STDOUT_FILENO) != 0;
+  const bool stderr_is_terminal_ = ::isatty(STDERR_FILENO) != 0;
+  LiveLine live_line_;
 };
 
 }  // namespace

@@ -2,7 +2,10 @@
 //  - every rank runs in its own process group, with stdin from /dev/null and its stdout and
 //    stderr read through pipes; each line is re-emitted whole, prefixed "[rank R] ", on the
 //    launcher's stdout or stderr (a last line without a newline is completed at exit; a line
-//    longer than 1 MiB is emitted in 1 MiB pieces);
+//    longer than 1 MiB is emitted in 1 MiB pieces); carriage returns are resolved to what a
+//    terminal shows: a line redrawn in place with "\r" (a progress bar) is redrawn in place
+//    behind its prefix when the launcher's own stream is a terminal, other output clearing it
+//    first and drawing it again after, and only its final state is written anywhere else;
 //  - SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every rank's process
 //    group; a second one kills the ranks at once;
 //  - when a rank exits non-zero or by a signal, the others get SIGTERM and, after the grace
