@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package that Ember's build, tests, benchmarks and examples need, and the
-# Python tools some tests read Ember's output with (TensorBoard's event reader) in a virtual
-# environment at $EMBER_PYTOOLS (default ~/.cache/ember-pytools).
+# Python tools some tests check Ember's output with (TensorBoard's event reader; Hugging Face
+# transformers, which also needs Debian's python3-torch, not installed here: it is large) in a
+# virtual environment at $EMBER_PYTOOLS (default ~/.cache/ember-pytools) that sees Debian's
+# Python packages.
 # Debian 12, as root (or through sudo). Packages already present are left alone, and the
 # package index is refreshed only when something is missing. The CUDA toolkit is optional
 # and not installed here: CMake turns the CUDA backend on when it finds nvcc.
@@ -41,15 +43,16 @@ done
 
 # Pinned so that a test's reader does not change under it.
 PYTOOLS=${EMBER_PYTOOLS:-$HOME/.cache/ember-pytools}
-PYTOOLS_REQUIREMENTS=(tensorboard==2.21.0)
+PYTOOLS_REQUIREMENTS=(tensorboard==2.21.0 transformers==4.45.2 safetensors==0.8.0)
 
 install_pytools() {
-  if [[ -x "$PYTOOLS/bin/python" ]] && "$PYTOOLS/bin/python" -c 'import tensorboard' 2>/dev/null; then
+  if [[ -x "$PYTOOLS/bin/python" ]] && "$PYTOOLS/bin/python" -c 'import tensorboard, transformers, safetensors' 2>/dev/null; then
     return
   fi
   echo "install_deps: Python tools into $PYTOOLS (${PYTOOLS_REQUIREMENTS[*]})"
   # Not fatal: without them the tests that need them skip and say why.
-  if ! { /usr/bin/python3 -m venv "$PYTOOLS" &&
+  rm -rf "$PYTOOLS"
+  if ! { /usr/bin/python3 -m venv --system-site-packages "$PYTOOLS" &&
          "$PYTOOLS/bin/pip" install --quiet --disable-pip-version-check "${PYTOOLS_REQUIREMENTS[@]}"; }; then
     echo "install_deps: could not install the Python tools; tests that read with them will skip" >&2
   fi

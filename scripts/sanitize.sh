@@ -1,29 +1,103 @@
 #!/usr/bin/env bash
-# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/:
-#   bash scripts/sanitize.sh            # every test
-#   bash scripts/sanitize.sh matmul     # only tests whose name matches (a ctest -R regex)
-#   EMBER_ASAN_BUILD_DIR=/tmp/asan bash scripts/sanitize.sh   # build somewhere else
-# Any leak, memory error or undefined behaviour fails the test that triggered it.
+# Ember's tests under sanitizers (gcc, no CUDA), sharing the machine's compiler cache:
+#   bash scripts/sanitize.sh                  # every test under AddressSanitizer + UBSan, build-asan/
+#   bash scripts/sanitize.sh matmul           # only tests whose name matches (a ctest -R regex)
+#   bash scripts/sanitize.sh --thread [REGEX] # ThreadSanitizer, build-tsan/
+#   bash scripts/sanitize.sh --ci             # what CI runs: the bounded sets below, both sanitizers
+#   bash scripts/sanitize.sh --ci --thread    # only CI's ThreadSanitizer set (--address: only ASan's)
+#   EMBER_SANITIZE_BUILD_DIR=/tmp/asan bash scripts/sanitize.sh   # build somewhere else
+# Any leak, memory error, data race or undefined behaviour fails the test that triggered it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BUILD=$(realpath -m "${EMBER_ASAN_BUILD_DIR:-build-asan}")
+ROOT=$PWD
+
+# CI's AddressSanitizer + UBSan set: every room's unit tests (ops, autograd, nn, file readers,
+# data, optimizers, the Accelerator in one process, the store), leaving out the GEMM sweeps and
+# the multi-process suites, which the full run covers.
+ASAN_CI_TESTS=(test_tensor_core test_autocast test_parallel test_engine test_engine_callbacks
+  test_elementwise_binary test_elementwise_unary test_indexing test_reduce test_normalization
+  test_nn_functional test_fused test_linalg test_module test_safetensors test_json_config
+  test_bad_inputs test_fuzz_regressions test_dataloader test_tokenizer test_text_io
+  test_sharded_loader test_optim test_grad_scaler test_adam_multi_tensor test_accelerator
+  test_tcp_store test_block_pool)
+# CI's ThreadSanitizer set: the code that shares memory between threads: the thread pool and
+# parallel_for, DataLoader workers and the sharded loader, the TCP store's server and clients,
+# rendezvous, Gloo process groups (asynchronous work) and DDP's bucketed all-reduce overlap.
+TSAN_CI_TESTS=(test_parallel test_dataloader test_sharded_loader test_tcp_store test_rendezvous
+  test_process_group_gloo test_ddp)
+
+mode=""
+ci=false
+filter=()
+while (($# > 0)); do
+  case "$1" in
+    --thread) mode=thread; shift ;;
+    --address) mode=address; shift ;;
+    --ci) ci=true; shift ;;
+    -*) echo "sanitize.sh: unknown option $1 (--thread, --ci, or a ctest -R regex)" >&2; exit 2 ;;
+    *) filter=(-R "$1"); shift ;;
+  esac
+done
 
 bash scripts/install_deps.sh
-
-export CCACHE_DIR="${CCACHE_DIR:-$BUILD/.ccache}"
-# Also in effect while building: test discovery runs the instrumented test binaries.
-# allocator_may_return_null: a huge request returns null as glibc's would (Ember turns that
-# into an "out of memory" ember::Error, which a test checks) instead of aborting the process.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ember-ccache}"
+export CCACHE_BASEDIR="$ROOT"
+export CCACHE_NOHASHDIR=true
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
+# allocator_may_return_null: a huge request returns null as glibc's would (Ember turns that into
+# an "out of memory" ember::Error, which a test checks) instead of aborting the process.
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DEMBER_SANITIZE=address,undefined -DEMBER_CUDA=OFF \
-  -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=OFF
-cmake --build "$BUILD" -j"$(nproc)"
+configure() {  # configure <sanitizers> <build dir>
+  cmake -S . -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DEMBER_SANITIZE="$1" -DEMBER_CUDA=OFF \
+    -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=OFF >/dev/null
+}
 
-filter=()
-if (($# > 0)); then
-  filter=(-R "$1")
+run_set() {  # run_set <sanitizers> <build dir> <test executables...>: build them, run each one
+  local sanitizers=$1 build=$2
+  shift 2
+  configure "$sanitizers" "$build"
+  cmake --build "$build" -j"$(nproc)" --target "$@" ember_cli
+  local failed=()
+  for t in "$@"; do
+    local start=$SECONDS
+    # The environment ctest gives the tests (tests/CMakeLists.txt, EMBER_TEST_ENV).
+    if EMBER_SOURCE_DIR="$ROOT" EMBER_TEST_PROGRAMS="$build/tests/programs" EMBER_CLI="$build/bin/ember" \
+        "$build/tests/$t" --gtest_brief=1 >"$build/$t.log" 2>&1; then
+      echo "sanitize ($sanitizers): $t passed in $((SECONDS - start)) s"
+    else
+      echo "sanitize ($sanitizers): $t FAILED; the last lines of $build/$t.log:" >&2
+      tail -n 60 "$build/$t.log" >&2
+      failed+=("$t")
+    fi
+  done
+  if ((${#failed[@]} > 0)); then
+    echo "sanitize ($sanitizers): failed: ${failed[*]}" >&2
+    return 1
+  fi
+}
+
+if $ci; then
+  status=0
+  if [[ $mode != thread ]]; then
+    run_set address,undefined "$(realpath -m "${EMBER_ASAN_BUILD_DIR:-build-asan}")" "${ASAN_CI_TESTS[@]}" || status=1
+  fi
+  if [[ $mode != address ]]; then
+    run_set thread "$(realpath -m "${EMBER_TSAN_BUILD_DIR:-build-tsan}")" "${TSAN_CI_TESTS[@]}" || status=1
+  fi
+  exit $status
 fi
+
+if [[ $mode == thread ]]; then
+  sanitizers=thread
+  BUILD=$(realpath -m "${EMBER_SANITIZE_BUILD_DIR:-build-tsan}")
+else
+  sanitizers=address,undefined
+  BUILD=$(realpath -m "${EMBER_SANITIZE_BUILD_DIR:-build-asan}")
+fi
+configure "$sanitizers" "$BUILD"
+cmake --build "$BUILD" -j"$(nproc)"
 ctest --test-dir "$BUILD" --output-on-failure -j2 --timeout 900 --no-tests=error "${filter[@]}"
