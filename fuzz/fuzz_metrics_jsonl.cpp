@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "distributed/plot/html_report.h"
 #include "distributed/plot/run_metrics.h"
 

@@ -19,7 +19,7 @@ ASAN_CI_TESTS=(test_tensor_core test_autocast test_parallel test_engine test_eng
   test_nn_functional test_fused test_linalg test_module test_safetensors test_json_config
   test_bad_inputs test_fuzz_regressions test_dataloader test_tokenizer test_text_io
   test_sharded_loader test_optim test_grad_scaler test_adam_multi_tensor test_accelerator
-  test_tcp_store test_block_pool)
+  test_tcp_store)
 # CI's ThreadSanitizer set: the code that shares memory between threads: the thread pool and
 # parallel_for, DataLoader workers and the sharded loader, the TCP store's server and clients,
 # rendezvous, Gloo process groups (asynchronous work) and DDP's bucketed all-reduce overlap.
@@ -60,7 +60,11 @@ run_set() {  # run_set <sanitizers> <build dir> <test executables...>: build the
   local sanitizers=$1 build=$2
   shift 2
   configure "$sanitizers" "$build"
-  cmake --build "$build" -j"$(nproc)" --target "$@" ember_cli
+  # (set -e does not apply inside a function called from `||`: check the build explicitly.)
+  if ! cmake --build "$build" -j"$(nproc)" --target "$@" ember_cli; then
+    echo "sanitize ($sanitizers): the build failed" >&2
+    return 1
+  fi
   local failed=()
   for t in "$@"; do
     local start=$SECONDS
