@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Ember's tests under sanitizers (no CUDA), sharing the machine's compiler cache. ASan + UBSan
-# builds with clang (gcc's UBSan instrumentation of the templated kernels compiles ~8x slower),
-# TSan with gcc:
+# Ember's tests under sanitizers (gcc, no CUDA), sharing the machine's compiler cache. gcc's
+# UBSan instrumentation makes the templated elementwise kernels slow to compile (minutes each),
+# so a cold ASan + UBSan build takes about an hour of CPU; the TSan build about a tenth of it.
 #   bash scripts/sanitize.sh                  # every test under AddressSanitizer + UBSan, build-asan/
 #   bash scripts/sanitize.sh matmul           # only tests whose name matches (a ctest -R regex)
 #   bash scripts/sanitize.sh --thread [REGEX] # ThreadSanitizer, build-tsan/
@@ -53,9 +53,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1
 
 configure() {  # configure <sanitizers> <build dir>
-  local compilers=()
-  [[ $1 == thread ]] || compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
-  cmake -S . -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compilers[@]}" \
+  cmake -S . -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMBER_SANITIZE="$1" -DEMBER_CUDA=OFF \
     -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=OFF >/dev/null
 }
