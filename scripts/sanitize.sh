@@ -50,7 +50,7 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
 # an "out of memory" ember::Error, which a test checks) instead of aborting the process.
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$ROOT/scripts/tsan.supp"
 
 configure() {  # configure <sanitizers> <build dir>
   cmake -S . -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
