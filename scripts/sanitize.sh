@@ -27,6 +27,9 @@ ASAN_CI_TESTS=(test_tensor_core test_autocast test_parallel test_engine test_eng
 # rendezvous, Gloo process groups (asynchronous work) and DDP's bucketed all-reduce overlap.
 TSAN_CI_TESTS=(test_parallel test_dataloader test_sharded_loader test_tcp_store test_rendezvous
   test_process_group_gloo test_ddp)
+# Suites whose multi-process fault tests (ranks killed, hung or timed out: timing under load, no
+# shared memory between threads) are left to the plain run.
+declare -A CI_GTEST_FILTER=([test_process_group_gloo]='-ProcessGroupGlooProcesses.*')
 
 mode=""
 ci=false
@@ -72,7 +75,7 @@ run_set() {  # run_set <sanitizers> <build dir> <test executables...>: build the
     local start=$SECONDS
     # The environment ctest gives the tests (tests/CMakeLists.txt, EMBER_TEST_ENV).
     if EMBER_SOURCE_DIR="$ROOT" EMBER_TEST_PROGRAMS="$build/tests/programs" EMBER_CLI="$build/bin/ember" \
-        "$build/tests/$t" --gtest_brief=1 >"$build/$t.log" 2>&1; then
+        "$build/tests/$t" --gtest_brief=1 --gtest_filter="${CI_GTEST_FILTER[$t]:-*}" >"$build/$t.log" 2>&1; then
       echo "sanitize ($sanitizers): $t passed in $((SECONDS - start)) s"
     else
       echo "sanitize ($sanitizers): $t FAILED; the last lines of $build/$t.log:" >&2
