@@ -33,7 +33,10 @@ struct TensorImpl {
 
   Device device() const { return storage->device(); }
   void* data() const {
-    return static_cast<char*>(storage->data()) + offset * int64_t(dtype_size(dtype));
+    // An empty tensor's storage may have no memory at all; a view of it keeps its offset, and
+    // offsetting a null pointer is undefined behaviour, so it stays null.
+    char* base = static_cast<char*>(storage->data());
+    return base == nullptr ? nullptr : base + offset * int64_t(dtype_size(dtype));
   }
 };
 

@@ -66,6 +66,13 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   const T* pa = a.data_ptr<T>();
   const T* pb = b.data_ptr<T>();
   const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  if (k == 0) {
+    // Empty sums: every row is the bias, or zero. (The operands may have no memory at all, and
+    // offsetting their null pointers per batch would be undefined behaviour.)
+    if (pbias) seed_rows(c, batches * n, m, pbias);
+    else std::fill(c, c + out.numel(), T(0));
+    return;
+  }
   const BlasMatrix lb = matrix_of(b);
 
   if (shared_across_batch(b)) {
