@@ -146,7 +146,7 @@ TEST(Faults, TakenRendezvousPortFailsTheLaunchNamingThePort) {
 TEST(Faults, SigkillDuringSaveStateLeavesALoadableCheckpoint) {
   testing::TempDir dir("faults_save_kill");
   const std::string ckpt = dir.file("ckpt");
-  std::mt19937 gen(uint32_t(ember::testing::test_seed()));
+  std::mt19937 gen{uint32_t(ember::testing::test_seed())};
   std::uniform_int_distribution<int> delay_ms(0, 150);
   int killed_after = 0;
   for (int round = 0; round < 4; ++round) {

@@ -281,7 +281,7 @@ TEST(TrackerValue, EachLiteralKeepsItsKind) {
   EXPECT_EQ(std::get<double>(config.at("warmup").value()), 0.5);
   EXPECT_EQ(std::get<std::string>(config.at("name").value()), "x");
   EXPECT_EQ(std::get<int64_t>(config.at("count").value()), 7);
-  EXPECT_EMBER_ERROR(TrackerValue(std::numeric_limits<uint64_t>::max()), "does not fit in int64");
+  EXPECT_EMBER_ERROR((void)TrackerValue(std::numeric_limits<uint64_t>::max()), "does not fit in int64");
   EXPECT_EQ(TrackerValue(0.1).to_string(), "0.1");
   EXPECT_EQ(TrackerValue(false).to_string(), "false");
 }
