@@ -16,11 +16,19 @@ LengthGroupedSampler::LengthGroupedSampler(std::vector<int64_t> lengths, int64_t
 std::vector<int64_t> LengthGroupedSampler::indices(int64_t epoch) const {
   std::vector<int64_t> order = seeded_permutation(size(), seed_, epoch);
   const int64_t group = batch_size_ * group_batches_;
+  const auto longer = [&](int64_t a, int64_t b) { return lengths_[size_t(a)] > lengths_[size_t(b)]; };
+  int64_t longest_group = 0;
   for (int64_t lo = 0; lo < size(); lo += group) {
     const int64_t hi = std::min(size(), lo + group);
     // Stable, so equal lengths keep their shuffled order.
-    std::stable_sort(order.begin() + lo, order.begin() + hi,
-                     [&](int64_t a, int64_t b) { return lengths_[size_t(a)] > lengths_[size_t(b)]; });
+    std::stable_sort(order.begin() + lo, order.begin() + hi, longer);
+    if (longer(order[size_t(lo)], order[size_t(longest_group)])) longest_group = lo;
+  }
+  // The mega-batch that starts with the longest example moves to the front; the others keep
+  // their order (a rotation, so a shorter last mega-batch stays whole).
+  if (longest_group > 0) {
+    const int64_t hi = std::min(size(), longest_group + group);
+    std::rotate(order.begin(), order.begin() + longest_group, order.begin() + hi);
   }
   return order;
 }

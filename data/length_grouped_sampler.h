@@ -5,6 +5,10 @@
 // of batch_size * group_batches examples, each sorted by length, longest first. Consecutive
 // batch_size slices of that order are then batches of near-equal length, and the batches still
 // come in a random order of mega-batches. group_batches = 1 sorts within each batch only.
+// The mega-batch holding the longest example goes first (as Hugging Face puts the longest
+// example first): the epoch's largest batch runs at its first step, so running out of memory
+// shows at once, and a caching allocator reaches its high-water mark there instead of growing
+// whenever a longer batch happens to come.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -33,10 +33,40 @@ TEST(LengthGroupedSampler, MegaBatchesAreSortedLongestFirstAndEpochsDiffer) {
   const auto e0 = s.indices(0), e1 = s.indices(1);
   EXPECT_NE(e0, e1);
   EXPECT_EQ(e0, LengthGroupedSampler(lengths, batch, 3, groups).indices(0));  // seeded
-  for (int64_t lo = 0; lo < 1000; lo += mega)
-    for (int64_t i = lo + 1; i < std::min<int64_t>(1000, lo + mega); ++i)
-      ASSERT_GE(lengths[size_t(e0[size_t(i - 1)])], lengths[size_t(e0[size_t(i)])]) << "at " << i;
+  // Sorted runs, one per mega-batch: the order rises in length only where a mega-batch starts.
+  int64_t rises = 0;
+  for (int64_t i = 1; i < 1000; ++i) rises += lengths[size_t(e0[size_t(i - 1)])] < lengths[size_t(e0[size_t(i)])];
+  EXPECT_LE(rises, (1000 + mega - 1) / mega - 1);
+  // The epoch opens with the longest example, followed by the rest of its mega-batch.
+  for (int64_t i = 1; i < mega; ++i)
+    ASSERT_GE(lengths[size_t(e0[size_t(i - 1)])], lengths[size_t(e0[size_t(i)])]) << "at " << i;
 }
+
+TEST(LengthGroupedSampler, EveryEpochOpensWithItsLongestBatch) {
+  // 100 examples, mega-batches of 80 and a short last one of 20; one example (37) is longer
+  // than all others. Over 20 epochs the shuffle puts it in both mega-batches.
+  std::vector<int64_t> lengths(100);
+  for (auto& l : lengths) l = testing::uniform_int(3, 60);
+  lengths[37] = 100;
+  LengthGroupedSampler s(lengths, 16, 11, 5);
+  int64_t epochs_from_the_short_mega_batch = 0;
+  for (int64_t epoch = 0; epoch < 20; ++epoch) {
+    const auto shuffled = seeded_permutation(100, 11, epoch);
+    epochs_from_the_short_mega_batch += std::find(shuffled.begin(), shuffled.end(), 37) - shuffled.begin() >= 80;
+    const auto order = s.indices(epoch);
+    ASSERT_EQ(order[0], 37) << "epoch " << epoch;
+    auto sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(sorted[size_t(i)], i);
+    // The moved mega-batch stays whole and sorted: one rise in length, where the other starts.
+    int64_t rises = 0;
+    for (int64_t i = 1; i < 100; ++i) rises += lengths[size_t(order[size_t(i - 1)])] < lengths[size_t(order[size_t(i)])];
+    EXPECT_LE(rises, 1) << "epoch " << epoch;
+  }
+  EXPECT_GT(epochs_from_the_short_mega_batch, 0);
+  EXPECT_LT(epochs_from_the_short_mega_batch, 20);
+}
+
 
 TEST(LengthGroupedSampler, CutsPaddingAgainstAPlainShuffle) {
   const auto lengths = random_lengths(4096);
