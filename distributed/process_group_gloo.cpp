@@ -273,6 +273,14 @@ class ProcessGroupGloo::Impl {
   std::vector<int64_t> exchange(const char* op, const std::vector<int64_t>& mine);  // size * mine.size()
   void run_allgatherv(const void* in, size_t in_bytes, void* out, const std::vector<size_t>& bytes);
   void run_barrier();
+  // Runs one Gloo collective whose options (and so transport buffers) the caller holds. When
+  // it fails, Gloo's I/O thread may still be completing sends and receives on the collective's
+  // buffers, the user's tensor and the options' own; seen under ThreadSanitizer when a peer
+  // exits mid all-reduce. Every connection is closed before the failure propagates (each close
+  // waits for its pair's callbacks), so nothing touches those buffers once the options are
+  // destroyed and the caller has the error. The group is unusable after a failure anyway.
+  template <typename Collective>
+  void run_gloo(Collective&& collective);
   // Fails with a Disagreement when the ranks' fingerprints differ; `describe` renders one.
   void agree(const char* op, const std::vector<int64_t>& mine,
              const std::function<std::string(const int64_t*)>& describe);
@@ -461,6 +469,20 @@ std::string ProcessGroupGloo::Impl::describe_failure(const char* op, const std::
   return msg + " (" + detail + ")";
 }
 
+template <typename Collective>
+void ProcessGroupGloo::Impl::run_gloo(Collective&& collective) {
+  try {
+    collective();
+  } catch (...) {
+    try {
+      context->closeConnections();
+    } catch (const std::exception&) {
+      // A pair that cannot even close cleanly is closed for good: nothing more to wait for.
+    }
+    throw;
+  }
+}
+
 void ProcessGroupGloo::Impl::run_allreduce(const char* op_name, void* data, size_t n, DType dt, ReduceOp op) {
   if (n == 0) return;
   if (size > 1) {
@@ -474,7 +496,7 @@ void ProcessGroupGloo::Impl::run_allreduce(const char* op_name, void* data, size
     o.setReduceFunction(combiner(dt, op));
     o.setTag(next_tag_++);
     o.setTimeout(opt.timeout);
-    gloo::allreduce(o);
+    run_gloo([&] { gloo::allreduce(o); });
   }
   if (op == ReduceOp::Avg) divide(data, n, dt, size);
 }
@@ -486,7 +508,7 @@ void ProcessGroupGloo::Impl::run_broadcast(void* data, size_t bytes, int root) {
   o.setRoot(root);
   o.setTag(next_tag_++);
   o.setTimeout(opt.timeout);
-  gloo::broadcast(o);
+  run_gloo([&] { gloo::broadcast(o); });
 }
 
 std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const char* op, const std::vector<int64_t>& mine) {
@@ -498,7 +520,7 @@ std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const char* op, const std:
   o.setOutput(all.data(), all.size());
   o.setTag(next_tag_++);
   o.setTimeout(opt.timeout);
-  gloo::allgather(o);
+  run_gloo([&] { gloo::allgather(o); });
   return all;
 }
 
@@ -531,7 +553,7 @@ void ProcessGroupGloo::Impl::run_allgatherv(const void* in, size_t in_bytes, voi
   o.setOutput(static_cast<uint8_t*>(out), bytes);
   o.setTag(next_tag_++);
   o.setTimeout(opt.timeout);
-  gloo::allgatherv(o);
+  run_gloo([&] { gloo::allgatherv(o); });
 }
 
 void ProcessGroupGloo::Impl::run_barrier() {
@@ -539,7 +561,7 @@ void ProcessGroupGloo::Impl::run_barrier() {
   gloo::BarrierOptions o(context);
   o.setTag(next_tag_++);
   o.setTimeout(opt.timeout);
-  gloo::barrier(o);
+  run_gloo([&] { gloo::barrier(o); });
 }
 
 // ---------------------------------------------------------------------------------------------
