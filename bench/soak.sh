@@ -10,17 +10,19 @@
 #      warm-up (the first 20% of the stretch's samples) grows by less than 2% from its first
 #      quarter to its last;
 #   3. each kill made `ember launch` return non-zero.
-# Checkpoints are written every --checkpoint-every steps (about every 4-5 minutes here).
+# Checkpoints are written every --checkpoint-every steps (about every 4 minutes here). Each rank
+# logs its resident set, the tensor cache and the longest batch so far (bench/soak_train.cpp);
+# phrases are cut at 40 tokens so that every rank meets its longest batch in the first minute.
 #
-#   bash bench/soak.sh                       # 16000 steps: 30-45 min on 2 cores (both runs at once)
+#   bash bench/soak.sh                       # 20000 steps: 40-60 min on 2 cores (both runs at once)
 #   bash bench/soak.sh --steps 600 --checkpoint-every 100   # a quick rehearsal (~3 min)
 #   SOAK_DIR=/tmp/soak bash bench/soak.sh    # default runs/soak-<date>
 # Writes summary.txt (and the RSS logs, checkpoints, launcher logs) in the soak directory;
 # exits non-zero when a check fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-STEPS=16000
-EVERY=1500
+STEPS=20000
+EVERY=2000
 while (($# > 0)); do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -127,8 +129,14 @@ for path in sorted(glob.glob(os.path.join(root, "*", "rss.rank*"))):
         growth = (last - first) / first
         verdict = "flat" if growth < 0.02 else "GROWS"
         ok &= growth < 0.02
+        # Who holds the memory (soak_train's later columns): the tensor cache, and the longest
+        # batch run so far, which the cache follows.
+        held = ""
+        if len(s[0]) >= 8:
+            held = (f"; tensor cache {s[0][3] / 1024:.1f} -> {s[-1][3] / 1024:.1f} MiB, "
+                    f"longest batch {int(s[0][7])} -> {int(s[-1][7])} tokens")
         print(f"{os.path.relpath(path, root)} stretch {i}: steps {int(s[0][0])}-{int(s[-1][0])}, "
-              f"RSS {first / 1024:.1f} MiB -> {last / 1024:.1f} MiB ({100 * growth:+.2f}%) {verdict}")
+              f"RSS {first / 1024:.1f} MiB -> {last / 1024:.1f} MiB ({100 * growth:+.2f}%) {verdict}{held}")
 sys.exit(0 if ok else 1)
 PY
 cat "$DIR/summary.txt"
