@@ -25,11 +25,16 @@ PACKAGES=(
   zlib1g-dev
   libgloo-dev
   libdnnl-dev
+  # dnnl-config.cmake calls find_package(OpenCL); libdnnl-dev only recommends its package.
+  ocl-icd-opencl-dev
   iproute2
   clang
   chromium
   doxygen
   python3-venv
+  # The CPU PyTorch that transformers loads Ember's checkpoints with (interop test); the tools
+  # environment sees Debian's Python packages.
+  python3-torch
 )
 
 is_installed() {
