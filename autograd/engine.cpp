@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <deque>
 #include <queue>
 #include <unordered_map>

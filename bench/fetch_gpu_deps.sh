@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Downloads, on a Debian 12 machine, the Debian packages Ember builds against (headers, CMake
 # packages and shared libraries) into one folder, for a GPU machine that has CUDA but none of
-# them and no network: bench/gpu_check.sh unpacks them into a private prefix there.
+# them and no network: bench/gpu_check.sh unpacks them into a private prefix there. The folder
+# (about 12 MiB) is ignored by git, so a device call names it: carry=[".gpudeps"]
+# (bench/README_gpu.md).
 #
 #   bash bench/fetch_gpu_deps.sh [DIR]      # default DIR: .gpudeps (ignored by git)
 set -euo pipefail
@@ -23,4 +25,4 @@ chmod 777 "$scratch"
 (cd "$scratch" && apt-get download "${PACKAGES[@]}")
 mv "$scratch"/*.deb "$DIR"/
 rmdir "$scratch"
-echo "fetched $(ls "$DIR"/*.deb | wc -l) packages ($(du -sh "$DIR" | cut -f1)) into $DIR"
+echo "fetched $(ls "$DIR"/*.deb | wc -l) packages ($(du -sh "$DIR" | cut -f1)) into $DIR; carry it with each device call"

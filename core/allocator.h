@@ -24,6 +24,9 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
+  // Memory on `device`, for allocators that serve several devices of their type (the CUDA one
+  // serves every GPU); the others have one device and ignore it.
+  virtual void* allocate_on(Device device, size_t nbytes) { return allocate(nbytes); }
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual Device device() const = 0;
 };

@@ -1,5 +1,6 @@
 // Where a tensor's memory lives.
 #pragma once
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/native/copy.h"
 #include "core/native/random.h"

@@ -1,5 +1,7 @@
 #include "core/shape.h"
 
+#include <algorithm>
+
 namespace ember {
 
 int64_t numel_of(const Shape& shape) {

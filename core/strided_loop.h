@@ -5,6 +5,7 @@
 //   StridedLoop loop(out.shape(), {out, a, b});          // a, b already broadcast by strides
 //   loop.run([&](char** p, const int64_t* s, int64_t n) { ... p[k] + i * s[k] ... });
 #pragma once
+#include <algorithm>
 #include <array>
 #include <vector>
 

@@ -6,6 +6,7 @@
 //   mlp_spirals [--steps N] [--lr X] [--seed S] [--threads T]
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -1,5 +1,6 @@
 #include "optim/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -1,5 +1,6 @@
 #include "optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "core/native/views.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/native/copy.h"

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -275,8 +276,9 @@ std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, 
   cuda::DeviceGuard guard(Device::cuda(I.device), op);
   // The tensors are used on the group's stream: their memory must not be handed out again on
   // the caller's stream before the collective finished, even if the Work is dropped unwaited.
+  // An empty tensor has no memory to protect (and NCCL moves nothing for it).
   for (const Tensor& t : keep)
-    if (t.defined() && t.is_cuda()) cuda::record_stream(t, I.stream);
+    if (t.defined() && t.is_cuda() && t.numel() > 0) cuda::record_stream(t, I.stream);
   auto work = std::make_shared<NcclWork>(pg, op, std::move(keep));
   follow_caller(I.stream);
   I.settle(op, issue(I.comm, I.stream), clock_type::now() + I.opt.timeout);

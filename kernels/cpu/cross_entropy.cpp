@@ -4,6 +4,7 @@
 // nothing in the forward, which matters for masked-language-model losses where most are.
 //
 // f16/bf16/f32 rows compute in float with a vectorisable exp; f64 rows use std::exp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>

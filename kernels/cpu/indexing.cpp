@@ -4,6 +4,7 @@
 // shares one instantiation per size. The accumulating kernels (index_add, scatter_add) split the
 // work so that no two threads ever touch the same output element, and each element sums its
 // contributions in index order: the result does not depend on the thread count.
+#include <algorithm>
 #include <cstring>
 
 #include "core/native/copy.h"

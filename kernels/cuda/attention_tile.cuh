@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -210,10 +212,21 @@ void with_tiles(int64_t d, F&& fn) {
   }
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48 KiB).
-template <typename K>
-void allow_shared_memory(K kernel, size_t bytes) {
-  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+// Lets `Kernel` use up to `max_bytes` of dynamic shared memory (beyond the default 48 KiB) on
+// the current device. Call it with the most any launch of that instantiation needs (its tile
+// config's DMAX), before every launch: the attribute is set once per device, under a lock, and
+// never lowered again, so threads launching it with different head dims cannot undo each
+// other's limit between setting it and launching.
+template <auto Kernel>
+void allow_shared_memory(size_t max_bytes) {
+  static std::mutex mu;
+  static std::vector<bool> done;  // per device
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(mu);
+  if (size_t(device) >= done.size()) done.resize(size_t(device) + 1, false);
+  if (done[size_t(device)]) return;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_bytes)));
+  done[size_t(device)] = true;
 }
 
 }  // namespace ember::cuda::attention

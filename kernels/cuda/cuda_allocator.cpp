@@ -70,6 +70,11 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   return p;
 }
 
+void* CudaCachingAllocator::allocate_on(Device device, size_t nbytes) {
+  DeviceGuard guard(device, "CUDA allocator");
+  return allocate(nbytes);
+}
+
 void CudaCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,6 +83,8 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) {
   const int dev = it->second;
   owner_.erase(it);
   try {
+    // A block used on other streams gets an event recorded on each: on the block's device.
+    DeviceGuard guard(Device::cuda(dev), "CUDA allocator");
     pool_for(dev).pool.free(ptr);
   } catch (...) {
     // Recording an event can fail only when the context is broken; the block is then lost,
@@ -128,7 +135,9 @@ CudaCachingAllocator& cuda_allocator() {
 
 void record_stream(const Tensor& t, cudaStream_t stream) {
   EMBER_CHECK(t.is_cuda(), "record_stream: expected a CUDA tensor, got one on ", t.device());
-  cuda_allocator().record_stream(t.impl()->storage->data(), stream);
+  void* data = t.impl()->storage->data();
+  if (!data) return;  // an empty storage has no memory a later allocation could reuse
+  cuda_allocator().record_stream(data, stream);
 }
 
 namespace {

@@ -25,6 +25,9 @@ class CudaCachingAllocator final : public Allocator {
   // returning every cached segment to the driver). Blocks are 512-byte multiples from
   // 256-byte aligned segments, so every tensor starts 16-byte aligned.
   void* allocate(size_t nbytes) override;
+  // The same on `device` (what a Storage asks for): that device is made current for the call
+  // and the previous one restored. Raises ember::Error for a device index that does not exist.
+  void* allocate_on(Device device, size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;  // never throws: runs in destructors
   Device device() const override { return Device::cuda(0); }
 
@@ -49,7 +52,8 @@ class CudaCachingAllocator final : public Allocator {
 // it does not touch the driver; the first allocation does.
 CudaCachingAllocator& cuda_allocator();
 
-// Marks the memory of a CUDA tensor as used on `stream` (PyTorch's Tensor.record_stream).
+// Marks the memory of a CUDA tensor as used on `stream` (PyTorch's Tensor.record_stream). A
+// tensor without memory (no elements) has nothing to mark.
 void record_stream(const Tensor& t, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -17,15 +17,17 @@
 // warp-shuffle reductions (joined through shared memory across the warps of a block).
 // Backward: one team per row writes dresidual and dx and, when dx_bias is wanted, the row's two
 // coefficients (mean(g w) and mean(g w xhat)) into a small buffer. dweight, dbias and dx_bias
-// are column sums over the rows, each block owning 32 columns (as layer norm's dweight in
-// kernels/cuda/normalization.cu), summed in double in a fixed order: no atomics, and the
-// results do not change from run to run. dx_bias recomputes dx from the saved coefficients
-// with the same rounded operations the row kernel uses, so it sums exactly the values of dx.
+// are column sums over the rows (column_sums.cuh, as layer norm's dweight in
+// kernels/cuda/normalization.cu): fixed chunks of rows summed in double, then the chunks in
+// order, so there are no atomics and the results do not change from run to run. dx_bias
+// recomputes dx from the saved coefficients with the same rounded operations the row kernel
+// uses, so it sums exactly the values of dx.
 #include <cstdint>
 #include <type_traits>
 
 #include "core/factory.h"
 #include "core/native/fused.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
@@ -38,8 +40,6 @@ namespace ember {
 namespace {
 
 using native::FusedDropout;
-
-constexpr int kColTileY = 16;  // rows walked in parallel by the column-sum kernel
 
 // row teams (row_reduce.cuh), dtype-coded element access and rounded operations (dtype_io.cuh)
 using namespace cuda;
@@ -180,46 +180,29 @@ __global__ void add_layer_norm_backward_rows_kernel(BackwardArgs<A> p) {
 }
 
 // dweight = sum_rows g xhat, dbias = sum_rows g, dx_bias = sum_rows dx (from the coefficients
-// in p.coef). Block (32, kColTileY): x picks the column, y strides down the rows; the
-// kColTileY partial sums are added in a fixed order. Zero rows give zeros.
+// in p.coef), per element for column_sums: values 0, 1, 2 (zeros for the sums not wanted).
 template <typename A>
-__global__ void add_layer_norm_column_sums_kernel(A* dw, A* db, A* dxb, BackwardArgs<A> p) {
-  __shared__ double part[3][kColTileY][kWarp + 1];
-  const int64_t j = int64_t(blockIdx.x) * kWarp + threadIdx.x;
-  double sw = 0, sb = 0, sx = 0;
-  if (j < p.cols) {
-    for (int64_t r = threadIdx.y; r < p.rows; r += kColTileY) {
-      const int64_t e = r * p.cols + j;
-      const A g = load_elem<A>(p.g, p.g_t, e);
-      sb += double(g);
-      if (dw || dxb) {
-        const A rs = p.rstd[r];
-        const A xhat = xhat_value(p.h[e], p.mean[r], rs);
-        sw += double(mul_rn(g, xhat));
-        if (dxb) {
-          const A gw = p.w ? mul_rn(g, p.w[j]) : g;
-          const A dh = dh_value(gw, xhat, p.coef[2 * r], p.coef[2 * r + 1], rs);
-          sx += double(p.keep ? mul_rn(dh, p.keep[e] ? p.drop_scale : A(0)) : dh);
-        }
+struct ColumnSumValues {
+  BackwardArgs<A> p;
+  bool want_dw, want_dxb;
+  __device__ __forceinline__ void operator()(int64_t r, int64_t j, double (&v)[3]) const {
+    const int64_t e = r * p.cols + j;
+    const A g = load_elem<A>(p.g, p.g_t, e);
+    v[0] = 0.0;
+    v[1] = double(g);
+    v[2] = 0.0;
+    if (want_dw || want_dxb) {
+      const A rs = p.rstd[r];
+      const A xhat = xhat_value(p.h[e], p.mean[r], rs);
+      v[0] = double(mul_rn(g, xhat));
+      if (want_dxb) {
+        const A gw = p.w ? mul_rn(g, p.w[j]) : g;
+        const A dh = dh_value(gw, xhat, p.coef[2 * r], p.coef[2 * r + 1], rs);
+        v[2] = double(p.keep ? mul_rn(dh, p.keep[e] ? p.drop_scale : A(0)) : dh);
       }
     }
   }
-  part[0][threadIdx.y][threadIdx.x] = sw;
-  part[1][threadIdx.y][threadIdx.x] = sb;
-  part[2][threadIdx.y][threadIdx.x] = sx;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < p.cols) {
-    double tw = 0, tb = 0, tx = 0;
-    for (int k = 0; k < kColTileY; ++k) {
-      tw += part[0][k][threadIdx.x];
-      tb += part[1][k][threadIdx.x];
-      tx += part[2][k][threadIdx.x];
-    }
-    if (dw) dw[j] = A(tw);
-    if (db) db[j] = A(tb);
-    if (dxb) dxb[j] = A(tx);
-  }
-}
+};
 
 // ---- host side
 
@@ -343,10 +326,9 @@ void add_layer_norm_backward_cuda(const Tensor& dx, const Tensor& dres, const Te
       });
     }
     if (dw.defined() || db.defined() || dxb.defined()) {
-      const unsigned grid = unsigned((cols + kWarp - 1) / kWarp);
-      add_layer_norm_column_sums_kernel<A><<<grid, dim3(kWarp, kColTileY), 0, stream>>>(
-          optional_ptr<A>(dw), optional_ptr<A>(db), optional_ptr<A>(dxb), p);
-      EMBER_CUDA_CHECK_LAUNCH();
+      const ColumnSumValues<A> values{p, dw.defined(), dxb.defined()};
+      column_sums<3, A>({{optional_ptr<A>(dw), optional_ptr<A>(db), optional_ptr<A>(dxb)}}, rows, cols, values,
+                        h.device(), stream);
     }
   });
 }

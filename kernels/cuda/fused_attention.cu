@@ -224,8 +224,8 @@ void packed_attention_cuda(const Tensor& ctx, const Tensor& stats, const Tensor&
       with_tiles<A>(g.d, [&](auto cfg) {
         using Cfg = decltype(cfg);
         const size_t bytes = forward_smem_elems<Cfg, A>(g.d) * sizeof(A);
-        auto kernel = attention_forward_kernel<T, A, Cfg>;
-        allow_shared_memory(kernel, bytes);
+        constexpr auto kernel = attention_forward_kernel<T, A, Cfg>;
+        allow_shared_memory<kernel>(forward_smem_elems<Cfg, A>(Cfg::DMAX) * sizeof(A));
         const int64_t blocks = g.pairs() * ((g.len + Cfg::BQ - 1) / Cfg::BQ);
         EMBER_CHECK(blocks <= std::numeric_limits<int32_t>::max(), op, ": too many (batch, head, row tile) blocks");
         kernel<<<unsigned(blocks), kThreads, bytes, cuda::current_stream()>>>(

@@ -308,13 +308,13 @@ void packed_attention_backward_cuda(const Tensor& dqkv, const Tensor& grad, cons
         EMBER_CHECK(q_blocks <= std::numeric_limits<int32_t>::max() && k_blocks <= std::numeric_limits<int32_t>::max(),
                     op, ": too many (batch, head, row tile) blocks");
         const size_t dq_bytes = dq_smem_elems<Cfg>(g.d) * sizeof(A);
-        auto dq_kernel = attention_dq_kernel<T, A, Cfg>;
-        allow_shared_memory(dq_kernel, dq_bytes);
+        constexpr auto dq_kernel = attention_dq_kernel<T, A, Cfg>;
+        allow_shared_memory<dq_kernel>(dq_smem_elems<Cfg>(Cfg::DMAX) * sizeof(A));
         dq_kernel<<<unsigned(q_blocks), kThreads, dq_bytes, cuda::current_stream()>>>(out, delta_ptr, go, x, g, args);
         EMBER_CUDA_CHECK_LAUNCH();
         const size_t dkv_bytes = dkv_smem_elems<Cfg>(g.d) * sizeof(A);
-        auto dkv_kernel = attention_dkv_kernel<T, A, Cfg>;
-        allow_shared_memory(dkv_kernel, dkv_bytes);
+        constexpr auto dkv_kernel = attention_dkv_kernel<T, A, Cfg>;
+        allow_shared_memory<dkv_kernel>(dkv_smem_elems<Cfg>(Cfg::DMAX) * sizeof(A));
         dkv_kernel<<<unsigned(k_blocks), kThreads, dkv_bytes, cuda::current_stream()>>>(out, delta_ptr, go, x, g,
                                                                                          args);
         EMBER_CUDA_CHECK_LAUNCH();

@@ -14,9 +14,10 @@
 // unevenly is made contiguous first.
 //
 // f16 and bf16 accumulate in f32 and split-K partial sums are kept in the compute type too
-// (the reduction scheme is restricted), so the output is rounded once, as on the CPU. The bias goes through
-// the BIAS epilogue; when cuBLASLt offers no algorithm with it for a problem, the output is
-// first filled with the bias rows and the GEMM accumulates onto it (beta = 1). The algorithm
+// (the reduction scheme is restricted), so the output is rounded once, as on the CPU. A bias
+// that starts on a 16-byte boundary goes through the BIAS epilogue; otherwise, or when
+// cuBLASLt offers no algorithm with it for a problem, the output is first filled with the bias
+// rows and the GEMM accumulates onto it (beta = 1). The algorithm
 // cuBLASLt's heuristic picks is cached per problem (shape, layouts, dtype, compute type,
 // alignments, device). When the heuristic finds nothing at all, plain cuBLAS runs the product.
 #include <algorithm>
@@ -39,6 +40,7 @@ namespace cuda {
 namespace {
 
 constexpr int kFillThreads = 256;
+constexpr uint32_t kBiasEpilogueAlignment = 16;  // bytes; see lt_matmul
 
 cudaDataType_t data_type(DType t) {
   switch (t) {
@@ -283,7 +285,10 @@ void lt_matmul(const LtGemm& g) {
     }
   }
   if (!cached) {
-    if (g.bias) {
+    // The epilogue reads the bias with vector loads: a bias that starts off a 16-byte boundary
+    // (a slice at an odd offset) would fault with a misaligned address, which poisons the
+    // context. Such a bias is D's starting value instead.
+    if (g.bias && key.align_bias >= kBiasEpilogueAlignment) {
       LtPlan with_bias;
       build_plan(with_bias, g, /*epilogue=*/true);
       if (auto algo = heuristic(with_bias, key)) choice = AlgoChoice{true, true, *algo};

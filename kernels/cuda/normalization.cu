@@ -8,13 +8,14 @@
 // (joined through shared memory across the warps of a block). Softmax along a non-last dim
 // gives each thread one column of the [outer, len, inner] view: neighbouring threads read
 // neighbouring elements, so the strided walk down a column stays coalesced. dweight and dbias
-// are column sums over the rows, each block owning 32 columns, so no atomics are needed and
-// the results do not change from run to run.
+// are column sums over the rows (column_sums.cuh): fixed chunks of rows summed in double, then
+// the chunks in order, so no atomics are needed and the results do not change from run to run.
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "core/native/normalization.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
@@ -27,8 +28,7 @@ namespace {
 
 using native::SoftmaxGeometry;
 
-constexpr int kThreads = 256;   // column kernels
-constexpr int kColTileY = 16;  // rows walked in parallel by the column-sum kernel
+constexpr int kThreads = 256;  // column kernels
 
 // row teams, reductions and launch_rows (row_reduce.cuh); is_device_float_v (dtype_io.cuh)
 using namespace cuda;
@@ -188,38 +188,24 @@ __global__ void layer_norm_dx_rows_kernel(T* dx, const T* g, const T* x, const c
   }
 }
 
-// dweight = sum_rows g*xhat, dbias = sum_rows g. Block (32, kColTileY): x picks the column,
-// y strides down the rows; the kColTileY partial sums are added in a fixed order.
+// dweight = sum_rows g*xhat and dbias = sum_rows g, per element for column_sums: value 0 is
+// g*xhat (zero when dweight is not wanted), value 1 is g.
 template <typename T>
-__global__ void layer_norm_param_grads_kernel(cuda::device_acc_t<T>* dw, cuda::device_acc_t<T>* db, const T* g,
-                                              const T* x, const cuda::device_acc_t<T>* mean,
-                                              const cuda::device_acc_t<T>* rstd, int64_t rows, int64_t cols) {
+struct LayerNormParamGradValues {
   using A = cuda::device_acc_t<T>;
-  using C = cuda::Acc<T>;
-  __shared__ A part_w[kColTileY][kWarp + 1];
-  __shared__ A part_b[kColTileY][kWarp + 1];
-  const int64_t j = int64_t(blockIdx.x) * kWarp + threadIdx.x;
-  A acc_w = A(0), acc_b = A(0);
-  if (j < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kColTileY) {
-      const A gv = C::load(g[r * cols + j]);
-      acc_b += gv;
-      if (dw) acc_w += gv * ((C::load(x[r * cols + j]) - mean[r]) * rstd[r]);
-    }
+  const T* g;
+  const T* x;
+  const A* mean;
+  const A* rstd;
+  bool want_dw;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t r, int64_t j, double (&v)[2]) const {
+    using C = cuda::Acc<T>;
+    const A gv = C::load(g[r * cols + j]);
+    v[0] = want_dw ? double(gv * ((C::load(x[r * cols + j]) - mean[r]) * rstd[r])) : 0.0;
+    v[1] = double(gv);
   }
-  part_w[threadIdx.y][threadIdx.x] = acc_w;
-  part_b[threadIdx.y][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < cols) {
-    A tw = A(0), tb = A(0);
-    for (int k = 0; k < kColTileY; ++k) {
-      tw += part_w[k][threadIdx.x];
-      tb += part_b[k][threadIdx.x];
-    }
-    if (dw) dw[j] = tw;
-    if (db) db[j] = tb;
-  }
-}
+};
 
 // ---- host side
 
@@ -332,10 +318,9 @@ void layer_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Ten
       });
     }
     if (dweight.defined() || dbias.defined()) {
-      const unsigned grid = unsigned((cols + kWarp - 1) / kWarp);
-      layer_norm_param_grads_kernel<T><<<grid, dim3(kWarp, kColTileY), 0, stream>>>(
-          optional_mut_ptr<A>(dweight), optional_mut_ptr<A>(dbias), pg, px, pm, pr, rows, cols);
-      EMBER_CUDA_CHECK_LAUNCH();
+      const LayerNormParamGradValues<T> values{pg, px, pm, pr, dweight.defined(), cols};
+      column_sums<2, A>({{optional_mut_ptr<A>(dweight), optional_mut_ptr<A>(dbias)}}, rows, cols, values,
+                        any.device(), stream);
     }
   });
 }

@@ -1,5 +1,6 @@
 #include "kernels/reference/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -1,5 +1,6 @@
 #include "kernels/reference/nn_functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

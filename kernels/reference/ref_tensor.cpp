@@ -1,5 +1,7 @@
 #include "kernels/reference/ref_tensor.h"
 
+#include <algorithm>
+
 namespace ember::reference {
 
 int64_t RefTensor::flat(const Shape& idx) const {

@@ -1,6 +1,8 @@
 // The autograd engine: accumulation, graph reuse, hooks, grad modes, and view backward formulas.
 #include "test_util.h"
 
+#include <cmath>
+
 using namespace ember;
 using ember::testing::random_tensor;
 

@@ -1,4 +1,5 @@
 // Tensor handle semantics, views, copies, dtype conversion, factories, RNG, allocator.
+#include <algorithm>
 #include <cmath>
 #include <thread>
 

@@ -1,11 +1,18 @@
 // The first CUDA pieces: device tensors and the trip to and from the host, fill, strided and
 // converting copies, the binary arithmetic kernels against the CPU and the double reference,
-// random draws equal to the CPU's, and the caching allocator's reuse. Tests that need a GPU
-// skip without one; the last test checks the error a user gets on a machine without one.
+// random draws equal to the CPU's, the caching allocator's segment rules and the device it
+// allocates on. Tests that need a GPU skip without one; the last test checks the error a user
+// gets on a machine without one.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/device_api.h"
 #include "core/native/random.h"
+#include "kernels/cuda/block_pool.h"
+#include "kernels/cuda/cuda_allocator.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -246,40 +253,140 @@ TEST(CudaBasics, RandomDrawsEqualCpuForTheSameSeed) {
   }
 }
 
+// The caching allocator's rules (kernels/cuda/block_pool.h): requests round up to 512 bytes;
+// up to 1 MiB they share 2 MiB segments, 1-10 MiB requests share 20 MiB segments, larger ones
+// get a segment of their own rounded up to 2 MiB; a free block is handed out best fit and split
+// when much larger than asked, and freed blocks merge back with their free neighbours.
 TEST(CudaBasics, AllocatorReusesFreedBlocks) {
   if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  using cuda::BlockPool;
+  constexpr int64_t kMiB = int64_t(1) << 20;
+  static_assert(BlockPool::kSmallSegment == 2 * kMiB && BlockPool::kMediumSegment == 20 * kMiB,
+                "the segment sizes the README documents");
+  const auto segments = [] { return cuda::cuda_allocator().segment_count(0); };
+  const auto floats = [](int64_t n) { return empty({n}, {DType::f32, kGpu}); };
+  const auto at = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
   cuda_synchronize();
   cuda_empty_cache();
   const AllocatorStats s0 = cuda_memory_stats();
-  EXPECT_EQ(s0.bytes_reserved, s0.bytes_in_use);  // nothing cached after empty_cache
-  const int64_t block = int64_t(4) << 20;
-  { const Tensor t = empty({1 << 20}, {DType::f32, kGpu}); }
+  const int64_t seg0 = segments();
+
+  // A 4 MiB request is a medium one: it takes the start of a fresh 20 MiB segment.
+  const int64_t medium = 4 * kMiB;
+  ASSERT_EQ(BlockPool::segment_size(BlockPool::round_size(size_t(medium))), size_t(20 * kMiB));
+  const char* base = nullptr;
+  {
+    const Tensor t = floats(medium / 4);
+    base = at(t);
+    const AllocatorStats s = cuda_memory_stats();
+    EXPECT_EQ(s.bytes_in_use, s0.bytes_in_use + medium);
+    EXPECT_EQ(s.bytes_reserved, s0.bytes_reserved + 20 * kMiB);
+    EXPECT_EQ(segments(), seg0 + 1);
+    EXPECT_EQ(s.num_allocations, s0.num_allocations + 1);
+    EXPECT_EQ(s.num_cache_hits, s0.num_cache_hits);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % 256, 0u) << "segments start 256-byte aligned";
+  }
   const AllocatorStats s1 = cuda_memory_stats();
   EXPECT_EQ(s1.bytes_in_use, s0.bytes_in_use);
-  EXPECT_EQ(s1.bytes_reserved, s0.bytes_reserved + block);  // kept in the cache
-  EXPECT_GE(s1.peak_bytes_in_use, s0.bytes_in_use + block);
-  EXPECT_EQ(s1.num_allocations, s0.num_allocations + 1);
-  EXPECT_EQ(s1.num_cache_hits, s0.num_cache_hits);
-  // the same request, and a slightly smaller one of the same size class, reuse the block
-  { const Tensor t = empty({1 << 20}, {DType::f32, kGpu}); }
-  { const Tensor t = empty({(1 << 20) - 7}, {DType::f32, kGpu}); }
-  const AllocatorStats s2 = cuda_memory_stats();
-  EXPECT_EQ(s2.num_cache_hits, s0.num_cache_hits + 2);
-  EXPECT_EQ(s2.bytes_reserved, s1.bytes_reserved);
-  // two live blocks of that class need a second one from the driver
+  EXPECT_EQ(s1.bytes_reserved, s0.bytes_reserved + 20 * kMiB) << "the freed block stays cached";
+  EXPECT_GE(s1.peak_bytes_in_use, s0.bytes_in_use + medium);
+
+  // Freed, it merged back into the whole segment: the same request, and one 28 bytes smaller
+  // (the same 512-byte multiple), get the segment's start again from the cache.
   {
-    const Tensor a = empty({1 << 20}, {DType::f32, kGpu});
-    const Tensor b = empty({1 << 20}, {DType::f32, kGpu});
-    const AllocatorStats s3 = cuda_memory_stats();
-    EXPECT_EQ(s3.bytes_in_use, s0.bytes_in_use + 2 * block);
-    EXPECT_EQ(s3.bytes_reserved, s0.bytes_reserved + 2 * block);
+    const Tensor t = floats(medium / 4);
+    EXPECT_EQ(at(t), base);
   }
+  {
+    const Tensor t = floats(medium / 4 - 7);
+    EXPECT_EQ(at(t), base);
+  }
+  const AllocatorStats s2 = cuda_memory_stats();
+  EXPECT_EQ(s2.num_cache_hits, s1.num_cache_hits + 2);
+  EXPECT_EQ(s2.bytes_reserved, s1.bytes_reserved);
+
+  // Live blocks split the segment back to back: five 4 MiB blocks fill it exactly, and a sixth
+  // needs a second segment from the driver.
+  {
+    std::vector<Tensor> live;
+    for (int i = 0; i < 5; ++i) live.push_back(floats(medium / 4));
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(at(live[size_t(i)]), base + i * medium) << "block " << i;
+    const AllocatorStats s = cuda_memory_stats();
+    EXPECT_EQ(s.bytes_in_use, s0.bytes_in_use + 5 * medium);
+    EXPECT_EQ(s.bytes_reserved, s0.bytes_reserved + 20 * kMiB);
+    EXPECT_EQ(segments(), seg0 + 1);
+    live.push_back(floats(medium / 4));
+    EXPECT_EQ(cuda_memory_stats().bytes_reserved, s0.bytes_reserved + 40 * kMiB);
+    EXPECT_EQ(segments(), seg0 + 2);
+  }
+  // Best fit: with a 20 MiB free block and a 4 MiB one, a 4 MiB request takes the 4 MiB one.
+  {
+    const Tensor keep = floats(medium / 4);  // the start of one segment
+    std::vector<Tensor> rest;
+    for (int i = 0; i < 4; ++i) rest.push_back(floats(medium / 4));
+    const char* hole = at(rest[1]);
+    rest.erase(rest.begin() + 1);  // a 4 MiB hole between live blocks
+    const Tensor t = floats(medium / 4);
+    EXPECT_EQ(at(t), hole);
+  }
+
+  // A large request (above 10 MiB) gets a segment of its own, rounded up to 2 MiB.
+  cuda_empty_cache();
+  EXPECT_EQ(segments(), seg0);
+  {
+    const int64_t large = 12 * kMiB + 4;  // rounds to 12 MiB + 512 bytes; its segment is 14 MiB
+    ASSERT_EQ(BlockPool::segment_size(BlockPool::round_size(size_t(large))), size_t(14 * kMiB));
+    const Tensor t = floats(large / 4);
+    const AllocatorStats s = cuda_memory_stats();
+    EXPECT_EQ(s.bytes_in_use, s0.bytes_in_use + 12 * kMiB + 512);
+    EXPECT_EQ(s.bytes_reserved, s0.bytes_reserved + 14 * kMiB);
+    EXPECT_EQ(segments(), seg0 + 1);
+  }
+
+  // Small requests share a 2 MiB segment, each rounded to 512 bytes, side by side.
+  cuda_empty_cache();
+  {
+    const Tensor a = floats(1000);  // 4000 bytes: a 4096-byte block
+    const Tensor b = floats(1000);
+    const Tensor c = floats(1);     // 4 bytes: one 512-byte block
+    const AllocatorStats s = cuda_memory_stats();
+    EXPECT_EQ(s.bytes_in_use, s0.bytes_in_use + 2 * 4096 + 512);
+    EXPECT_EQ(s.bytes_reserved, s0.bytes_reserved + 2 * kMiB);
+    EXPECT_EQ(segments(), seg0 + 1);
+    EXPECT_EQ(at(b), at(a) + 4096);
+    EXPECT_EQ(at(c), at(b) + 4096);
+  }
+
   cuda_reset_peak_memory_stats();
   EXPECT_EQ(cuda_memory_stats().peak_bytes_in_use, s0.bytes_in_use);
   cuda_empty_cache();
   const AllocatorStats s4 = cuda_memory_stats();
-  EXPECT_EQ(s4.bytes_reserved, s4.bytes_in_use);
+  EXPECT_EQ(s4.bytes_reserved, s0.bytes_reserved) << "every wholly free segment went back";
   EXPECT_EQ(s4.bytes_in_use, s0.bytes_in_use);
+  EXPECT_EQ(segments(), seg0);
+}
+
+// A tensor's memory comes from the device it names, whatever device is current, and the
+// current device is left as it was; a device that does not exist is refused by name.
+TEST(CudaBasics, AllocationsLandOnTheRequestedDevice) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = cuda_device_count();
+  EXPECT_EMBER_ERROR(empty({4}, {DType::f32, Device::cuda(n)}), "invalid CUDA device index " + std::to_string(n));
+  EXPECT_EQ(cuda_current_device(), 0);
+  for (int want = 0; want < n; ++want) {
+    for (int current = 0; current < n; ++current) {
+      SCOPED_TRACE("tensor on cuda:" + std::to_string(want) + ", cuda:" + std::to_string(current) + " current");
+      cuda_set_device(current);
+      const Tensor t = full({1000}, 2.0, {DType::f32, Device::cuda(want)});
+      EXPECT_EQ(cuda_current_device(), current);
+      cudaPointerAttributes attr{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attr, t.raw_data()), cudaSuccess);
+      EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
+      EXPECT_EQ(attr.device, want);
+      EXPECT_EQ(t.to(Device::cpu()).to_vector<float>()[999], 2.0f);
+    }
+  }
+  cuda_set_device(0);
 }
 
 TEST(CudaBasics, DeviceErrorsAreClear) {

@@ -4,6 +4,8 @@
 // whose loading and comparison helpers tests/support/bert_golden_support.h shares). Products
 // run in full f32 (TF32 is switched off for the test), so the CPU's tolerance holds. Every
 // test skips without a CUDA device.
+#include <type_traits>
+
 #include "bert_golden_support.h"
 #include "core/device_api.h"
 #include "kernels/cuda/cublas_handles.h"

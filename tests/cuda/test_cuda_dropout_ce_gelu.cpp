@@ -2,12 +2,15 @@
 // the CPU kernel's bit for bit for the same generator state (odd sizes, unaligned views,
 // extreme p); cross-entropy and bias + GELU are checked against the double reference for every
 // float dtype, with ignore_index, label smoothing, each reduction, [N, C] and [N, C, d...]
-// logits, bad targets, and repeat runs for the deterministic sums. Outputs start out poisoned
+// logits, bad targets, repeat runs for the deterministic sums, and a bias gradient over more
+// row chunks than one grid dimension holds. Outputs start out poisoned
 // (NaN, or the complement of the expected mask) so that an element never written shows. Every
 // test skips without a CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -442,4 +445,33 @@ TEST(CudaBiasGelu, BiasGradientIsRunToRunIdentical) {
     const native::BiasGeluGrads again = native::bias_gelu_backward(g, x, b, false, true, true);
     EXPECT_EQ(again.dbias.to_vector<double>(), want);
   }
+}
+
+// The bias gradient's partial sums run over chunks of 128 rows on grid.y, which stops at 65535:
+// with more chunks, blocks take several. Rows beyond the first 65535 x 128 must count. The
+// gradient is one on the first 128 rows and on the last 300 only, so the bias gradient is 428
+// times gelu'(x + b) if every chunk was summed (and 128 times it if the last ones were lost).
+TEST(CudaBiasGelu, BiasGradientCountsRowsPastTheGridYCap) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t rows = 65535 * 128 + 300, cols = 3, tail = 300;
+  const std::vector<float> b = {0.5f, -1.0f, 2.0f};
+  const float x0 = 0.25f;
+  const Tensor x = full({rows, cols}, x0, {DType::f32, kGpu});
+  const Tensor g = zeros({rows, cols}, {DType::f32, kGpu});
+  g.narrow(0, 0, 128).fill_(1.0);
+  g.narrow(0, rows - tail, tail).fill_(1.0);
+  const Tensor bias = from_vector<float>(b).to(kGpu);
+  const Tensor dx = full({rows, cols}, kNaN, {DType::f32, kGpu});
+  const Tensor db = full({cols}, kNaN, {DType::f32, kGpu});
+  native::bias_gelu_backward_stub.call(kGpu, "bias_gelu_backward")(dx, db, g, x, bias, false);
+  const std::vector<float> got = db.to_vector<float>();
+  for (int64_t j = 0; j < cols; ++j) {
+    const double v = double(x0) + double(b[size_t(j)]);
+    const double grad =
+        0.5 * std::erfc(-v / std::sqrt(2.0)) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * std::numbers::pi);
+    EXPECT_NEAR(got[size_t(j)], (128.0 + double(tail)) * grad, 1e-5 * 428.0) << "column " << j;
+    EXPECT_NEAR(dx.select(0, rows - 1).select(0, j).item_double(), grad, 1e-6) << "last row, column " << j;
+    EXPECT_EQ(dx.select(0, rows - tail - 1).select(0, j).item_double(), 0.0) << "a row with zero gradient";
+  }
+  EXPECT_EQ(sum(ne(dx, dx)).item<int64_t>(), 0) << "dx has elements left unwritten (NaN)";
 }

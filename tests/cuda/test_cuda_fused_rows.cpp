@@ -638,3 +638,52 @@ TEST(CudaScaledMaskedSoftmax, IntegerInputRaises) {
                          y, st, Tensor(), xi, Tensor(), 1.0, native::FusedDropout{}),
                      "scaled_masked_softmax", "input", "floating point", "int32");
 }
+
+// dweight, dbias and dx_bias of the residual + layer norm are summed over chunks of 128 rows
+// (the chunks on grid.y, whose 65535 cap makes blocks take several), then chunk by chunk in
+// order: over many chunks the same bits on a second run, and past the cap every row counts.
+TEST(CudaAddLayerNorm, ColumnSumsOverManyRowChunks) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto column_sums = [](const Tensor& g, const Tensor& h, const Tensor& mean, const Tensor& rstd,
+                              const Tensor& w) {
+    const int64_t cols = h.shape()[1];
+    std::vector<Tensor> out;  // dx_bias, dweight, dbias
+    for (int k = 0; k < 3; ++k) out.push_back(full({cols}, kNaN, {DType::f32, kGpu}));
+    native::add_layer_norm_backward_stub.call(kGpu, "add_layer_norm_backward")(
+        Tensor(), Tensor(), out[0], out[1], out[2], g, h, mean, rstd, w, Tensor(), 1.0);
+    return out;
+  };
+  {
+    const int64_t rows = 5000, cols = 768;
+    const Tensor h = random_tensor({rows, cols}, DType::f32, false, -2.0, 2.0).to(kGpu);
+    const Tensor g = random_tensor({rows, cols}, DType::bf16).to(kGpu);
+    const Tensor mean = random_tensor({rows}, DType::f32, false, -0.1, 0.1).to(kGpu);
+    const Tensor rstd = random_tensor({rows}, DType::f32, false, 0.5, 2.0).to(kGpu);
+    const Tensor w = random_tensor({cols}).to(kGpu);
+    const std::vector<Tensor> first = column_sums(g, h, mean, rstd, w), second = column_sums(g, h, mean, rstd, w);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(first[size_t(k)].to_vector<float>(), second[size_t(k)].to_vector<float>()) << "output " << k;
+      EXPECT_EQ(sum(ne(first[size_t(k)], first[size_t(k)])).item<int64_t>(), 0) << "output " << k << " has NaN";
+    }
+  }
+  // Every row is h = [0, 1, 2, 3] (mean 1.5, rstd r) with gradient [1, 0, 0, 0] on the first
+  // 128 rows and the last 300, zero elsewhere: each sum is 428 times one row's value.
+  const int64_t rows = 65535 * 128 + 300, cols = 4, tail = 300;
+  const double eps = 1e-5, r = double(float(1.0 / std::sqrt(1.25 + eps)));
+  const Tensor h = zeros({rows, cols}, {DType::f32, kGpu});
+  for (int64_t j = 1; j < cols; ++j) h.narrow(1, j, 1).fill_(double(j));
+  const Tensor g = zeros({rows, cols}, {DType::f32, kGpu});
+  g.narrow(0, 0, 128).narrow(1, 0, 1).fill_(1.0);
+  g.narrow(0, rows - tail, tail).narrow(1, 0, 1).fill_(1.0);
+  const std::vector<Tensor> got = column_sums(g, h, full({rows}, 1.5, {DType::f32, kGpu}),
+                                              full({rows}, r, {DType::f32, kGpu}), Tensor());
+  const double n = 128.0 + double(tail);
+  const double xhat0 = -1.5 * r, a = 0.25, c = xhat0 / 4;  // a = mean(g), c = mean(g xhat)
+  for (int64_t j = 0; j < cols; ++j) {
+    SCOPED_TRACE("column " + std::to_string(j));
+    const double gj = j == 0 ? 1.0 : 0.0, xhat = (double(j) - 1.5) * r;
+    EXPECT_NEAR(got[0].to_vector<double>()[size_t(j)], n * r * (gj - a - xhat * c), 1e-3) << "dx_bias";
+    EXPECT_NEAR(got[1].to_vector<double>()[size_t(j)], n * gj * xhat, 1e-3) << "dweight";
+    EXPECT_EQ(got[2].to_vector<double>()[size_t(j)], n * gj) << "dbias";
+  }
+}

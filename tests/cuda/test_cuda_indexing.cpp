@@ -3,11 +3,14 @@
 // poisoned beforehand (NaN, or a sentinel for integers), through the stubs. Every dtype, both
 // index dtypes, repeated indices, non-contiguous and misaligned inputs, odd row lengths and
 // rows longer than a block. The accumulating ops (index_add, scatter_add, embedding backward)
-// must match the CPU kernel bit for bit and give the same bits on a second run. Bad indices
+// must match the CPU kernel bit for bit (embedding backward while no row is used more than
+// its serial chunk) and give the same bits on a second run. Bad indices
 // raise the CPU's message. Every test skips without a CUDA device.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,17 @@ Tensor gpu_data(const Shape& shape, DType dt, bool non_contiguous = false) {
   t = t.to(kGpu);
   if (strided) t = t.slice(-1, 0, big.back(), 2);
   return t;
+}
+
+// Uses of a row summed serially by one thread in the CUDA embedding backward (its chunk).
+constexpr int64_t kSerialRun = 64;
+
+// The most times any one row appears in `index`.
+int64_t longest_run(const Tensor& index) {
+  std::map<int64_t, int64_t> uses;
+  int64_t most = 0;
+  for (int64_t v : index.to(kCpu).contiguous().to(DType::i64).to_vector<int64_t>()) most = std::max(most, ++uses[v]);
+  return most;
 }
 
 // Indices in [0, high) on the GPU, optionally a strided view as gpu_data.
@@ -408,7 +422,11 @@ TEST(CudaEmbedding, BackwardMatchesCpuAndReference) {
           const Tensor grad = gpu_data(grad_shape, dt, coin());
           const Tensor gw = native::embedding_backward(grad, idx, c.num, padding);
           const Tensor cpu = native::embedding_backward(grad.to(kCpu), idx.to(kCpu), c.num, padding);
-          EXPECT_TRUE(same_bits(gw, cpu));
+          // A row used up to kSerialRun times is summed in position order by one thread, as
+          // on the CPU; longer runs are summed in chunks (compared with the reference only).
+          if (longest_run(idx) <= kSerialRun) {
+            EXPECT_TRUE(same_bits(gw, cpu));
+          }
           EXPECT_TRUE(same_bits(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
           const RefTensor want = reference::embedding_backward(from_tensor(grad), from_tensor(idx), c.num, padding);
           const int64_t n = numel_of(c.index_shape);
@@ -417,6 +435,45 @@ TEST(CudaEmbedding, BackwardMatchesCpuAndReference) {
             const RefTensor row = from_tensor(gw.select(0, padding));
             for (double v : row.data) EXPECT_EQ(v, 0.0) << "padding row written";
           }
+        }
+      }
+    }
+  }
+}
+
+// Every position of a long sequence reads row 0 (BERT's token types): one run spread over
+// many chunks, beside runs of every length around the chunk size, in random order.
+TEST(CudaEmbedding, BackwardOfLongRunsIsChunkedAndDeterministic) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(ember::testing::test_seed()));
+  std::vector<int64_t> mixed;
+  for (int64_t row = 0; row < 12; ++row) {
+    const int64_t uses = row == 0 ? 1000 : uniform_int(1, 3 * kSerialRun);
+    for (int64_t k = 0; k < uses; ++k) mixed.push_back(row);
+  }
+  std::shuffle(mixed.begin(), mixed.end(), ember::testing::rng());
+  struct Case {
+    std::vector<int64_t> index;
+    int64_t num, dim;
+  };
+  const std::vector<Case> cases = {{std::vector<int64_t>(8192, 0), 2, 768}, {mixed, 12, 37}};
+  for (const Case& c : cases) {
+    for (DType dt : ember::testing::kFloatTypes) {
+      for (int64_t padding : {int64_t(-1), int64_t(1)}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(c.index.size()) + " indices into " +
+                     std::to_string(c.num) + " rows of " + std::to_string(c.dim) + ", padding " +
+                     std::to_string(padding));
+        const Tensor idx = from_vector<int64_t>(c.index).to(kGpu);
+        const Tensor grad = gpu_data({int64_t(c.index.size()), c.dim}, dt);
+        const Tensor gw = native::embedding_backward(grad, idx, c.num, padding);
+        EXPECT_TRUE(same_bits(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
+        const RefTensor want = reference::embedding_backward(from_tensor(grad), from_tensor(idx), c.num, padding);
+        // chunk sums in the accumulation type, then the chunks in order: error grows with the chunk count
+        const double n = double(c.index.size());
+        EXPECT_TRUE(all_close(gw, want, tolerance(dt), tolerance(dt) * (8.0 + n / double(kSerialRun))));
+        if (padding == 1) {
+          const RefTensor pad = from_tensor(gw.select(0, 1));
+          for (double v : pad.data) EXPECT_EQ(v, 0.0) << "padding row written";
         }
       }
     }

@@ -2,7 +2,8 @@
 // reference: every float dtype, operands laid out contiguous, transposed, padded, misaligned,
 // strided (copied first), batch-permuted and batch-expanded; broadcast batch dims (folded into
 // one GEMM, strided-batched, or copied contiguous first); 1-D operands; bias through the epilogue and
-// through the accumulate fallback; odd sizes and n, k or m of 1; k == 0; the TF32 switch.
+// through the accumulate fallback (also for a bias slice off the 16-byte boundary); odd sizes
+// and n, k or m of 1; k == 0; the TF32 switch.
 //
 // Tolerances, as in tests/ops/test_linalg.cpp: entry (i, j) may be off by
 //   (tol(out dtype) + tol(accumulation dtype) * sqrt(k)) * (|A| |B|)_ij
@@ -11,6 +12,8 @@
 // outputs are allocated right after a NaN-filled block of the same size was freed to the
 // caching allocator, so an element the kernel never wrote is likely to show as NaN. Every test
 // skips without a CUDA device.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -245,6 +248,40 @@ TEST(CudaLinear, MatchesReferenceWithAndWithoutBias) {
           EXPECT_TRUE(product_close(native::linear(x, w, b), want,
                                     reference::linear(ref_abs(rx), ref_abs(rw), ref_abs(rb), with_bias), dt, in + 1));
         }
+}
+
+// A bias that is a slice at an element offset starts off the 16-byte boundary cuBLASLt's bias
+// epilogue reads with vector loads: the product must take the accumulate path instead, give
+// the reference's answer, and leave the context healthy (a misaligned read would be a sticky
+// error that fails every later call).
+TEST(CudaLinear, MisalignedBiasSliceMatchesReference) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(ember::testing::test_seed()));
+  Tf32Scope exact(false);
+  const int64_t rows = 128, in = 256, out = 384;  // sizes cuBLASLt has epilogue kernels for
+  for (DType dt : kFloatTypes) {
+    for (int64_t offset : {0, 1, 2, 3, 4, 5, 8}) {
+      const Tensor x = random_tensor({rows, in}, dt).to(kGpu);
+      const Tensor w = random_tensor({out, in}, dt).to(kGpu);
+      const Tensor b = random_tensor({out + 16}, dt).to(kGpu).narrow(0, offset, out);
+      const uintptr_t address = reinterpret_cast<uintptr_t>(b.raw_data());
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " bias at element offset " + std::to_string(offset) +
+                   ", address % 16 = " + std::to_string(address % 16));
+      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
+      const RefTensor want = reference::linear(rx, rw, rb, true);
+      poison_next_output(want.shape, dt);
+      EXPECT_TRUE(product_close(native::linear(x, w, b), want,
+                                reference::linear(ref_abs(rx), ref_abs(rw), ref_abs(rb), true), dt, in + 1));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the product left an error behind";
+    }
+  }
+  // a batched input ([B, S, H] folded into one GEMM) with the misaligned bias too
+  const Tensor x = random_tensor({3, 50, in}).to(kGpu), w = random_tensor({out, in}).to(kGpu);
+  const Tensor b = random_tensor({out + 1}).to(kGpu).narrow(0, 1, out);
+  const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
+  EXPECT_TRUE(product_close(native::linear(x, w, b), reference::linear(rx, rw, rb, true),
+                            reference::linear(ref_abs(rx), ref_abs(rw), ref_abs(rb), true), DType::f32, in + 1));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(CudaLinear, BiasWithEmptyInnerDimFillsEveryRow) {

@@ -3,6 +3,7 @@
 // along non-last dims, optional weight, bias and gradients, every float dtype. Outputs start
 // out poisoned with NaN so that an element the kernel never wrote shows. Every test skips
 // without a CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -268,4 +269,55 @@ TEST(CudaLayerNorm, NoRowsGiveZeroParameterGradients) {
     EXPECT_TRUE(all_close(dw, zeros({5}, {st}), 0.0, 0.0));
     EXPECT_TRUE(all_close(db, zeros({5}, {st}), 0.0, 0.0));
   }
+}
+
+// dweight and dbias are summed over chunks of 128 rows (the chunks on grid.y, whose 65535 cap
+// makes blocks take several), then chunk by chunk in order. Over many chunks they match the
+// reference and repeat bit for bit; past the cap, a gradient that is one only on the first 128
+// rows and the last 300 must be counted 428 times in every column.
+TEST(CudaLayerNorm, ParameterGradientsOverManyRowChunks) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(ember::testing::test_seed()));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t rows = 5000, cols = 768;
+    const DType st = stats_dtype(dt);
+    const Tensor x = random_tensor({rows, cols}, dt, false, -3.0, 5.0), g = random_tensor({rows, cols}, dt);
+    const reference::RefTensor rx = reference::from_tensor(x);
+    reference::RefTensor rmean, rrstd;
+    reference_stats(rx, rows, cols, rmean, rrstd);
+    const Tensor mean = reference::to_tensor(rmean, st).to(kGpu), rstd = reference::to_tensor(rrstd, st).to(kGpu);
+    const auto run = [&] {
+      const Tensor dw = full({cols}, kNaN, {st, kGpu}), db = full({cols}, kNaN, {st, kGpu});
+      native::layer_norm_backward_stub.call(kGpu, "layer_norm_backward")(Tensor(), dw, db, g.to(kGpu), x.to(kGpu),
+                                                                         mean, rstd, Tensor(), rows, cols);
+      return std::make_pair(dw, db);
+    };
+    const auto [dw, db] = run();
+    const reference::LayerNormGrads want =
+        reference::layer_norm_backward(reference::from_tensor(g), rx, 1, nullptr, kEps);
+    const double tol = tolerance(dt), sum_atol = tol * std::sqrt(double(rows));
+    EXPECT_TRUE(all_close(dw, want.dweight, tol, sum_atol)) << "dweight";
+    EXPECT_TRUE(all_close(db, want.dbias, tol, sum_atol)) << "dbias";
+    const auto again = run();
+    EXPECT_EQ(dw.to_vector<double>(), again.first.to_vector<double>()) << "dweight differs on a second run";
+    EXPECT_EQ(db.to_vector<double>(), again.second.to_vector<double>()) << "dbias differs on a second run";
+  }
+  // Every row is [0, 2]: mean 1, variance 1, xhat = [-r, r] with r = 1 / sqrt(1 + eps).
+  const int64_t rows = 65535 * 128 + 300, cols = 2, tail = 300;
+  const float r = float(1.0 / std::sqrt(1.0 + kEps));
+  const Tensor x = zeros({rows, cols}, {DType::f32, kGpu});
+  x.narrow(1, 1, 1).fill_(2.0);
+  const Tensor g = zeros({rows, cols}, {DType::f32, kGpu});
+  g.narrow(0, 0, 128).fill_(1.0);
+  g.narrow(0, rows - tail, tail).fill_(1.0);
+  const Tensor dw = full({cols}, kNaN, {DType::f32, kGpu}), db = full({cols}, kNaN, {DType::f32, kGpu});
+  native::layer_norm_backward_stub.call(kGpu, "layer_norm_backward")(
+      Tensor(), dw, db, g, x, full({rows}, 1.0, {DType::f32, kGpu}), full({rows}, r, {DType::f32, kGpu}), Tensor(),
+      rows, cols);
+  const double n = 128.0 + double(tail);
+  EXPECT_EQ(db.to_vector<double>(), (std::vector<double>{n, n}));
+  const std::vector<double> got = dw.to_vector<double>();
+  EXPECT_NEAR(got[0], -n * r, 1e-3);
+  EXPECT_NEAR(got[1], n * r, 1e-3);
 }

@@ -2,8 +2,8 @@
 // reserved, segments given back by empty_cache), reuse of a freed block on its stream, no
 // reuse while another stream recorded on the block still has work queued, event timing,
 // pinned host memory (Tensor::pin_memory, non-blocking uploads, DataLoader(pin_memory)), the
-// out-of-memory error, and two threads allocating on their own streams at once. Every test
-// skips without a CUDA device.
+// out-of-memory error, two threads allocating on their own streams at once, and a matmul and a
+// fused kernel queued on a user stream. Every test skips without a CUDA device.
 //
 // Tests that need a stream to be busy for certain hold it with a host function that waits
 // for the test to let go (StreamHold), instead of hoping that queued work is still running.
@@ -11,13 +11,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <deque>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/device_api.h"
+#include "core/native/fused.h"
+#include "core/native/linalg.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "kernels/cuda/cuda_allocator.h"
@@ -346,4 +350,57 @@ TEST(CudaRuntime, TwoThreadsAllocateAndFreeOnTheirOwnStreams) {
   EXPECT_EQ(s1.bytes_in_use, s0.bytes_in_use) << "every block came back";
   EXPECT_GE(s1.num_allocations - s0.num_allocations, 300);
   EXPECT_GT(s1.num_cache_hits, s0.num_cache_hits) << "freed blocks were reused";
+}
+
+// Kernels queue on the thread's current stream. While a user stream is held, a matmul with a
+// bias and the fused bias+GELU backward (its chunked bias sums and their scratch buffer) issued
+// on it must not have run: their poisoned outputs, read through a second stream, are
+// untouched. Once released, the results are those of the same calls on the default stream.
+TEST(CudaRuntime, MatmulAndFusedKernelsRunOnTheCurrentStream) {
+  if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor a = random_tensor({64, 96}).to(kGpu), b = random_tensor({96, 80}).to(kGpu);
+  const Tensor bias = random_tensor({80}).to(kGpu);
+  const Tensor x = random_tensor({300, 80}).to(kGpu), g = random_tensor({300, 80}).to(kGpu);
+  const Tensor gelu_bias = random_tensor({80}).to(kGpu);
+  const auto matmul = native::matmul_stub.call(kGpu, "matmul");
+  const auto gelu_backward = native::bias_gelu_backward_stub.call(kGpu, "bias_gelu_backward");
+  // on the default stream first
+  const Tensor want_mm = empty({64, 80}, {DType::f32, kGpu});
+  const Tensor want_dx = empty({300, 80}, {DType::f32, kGpu}), want_db = empty({80}, {DType::f32, kGpu});
+  matmul(want_mm, a, b, bias);
+  gelu_backward(want_dx, want_db, g, x, gelu_bias, false);
+  const Tensor mm = full({64, 80}, nan, {DType::f32, kGpu});
+  const Tensor dx = full({300, 80}, nan, {DType::f32, kGpu}), db = full({80}, nan, {DType::f32, kGpu});
+  cuda_synchronize();
+
+  cuda::Stream side(kGpu), reader(kGpu);
+  // Every element of t (f32) as read on `reader`, which is not ordered after `side`.
+  const auto read_now = [&](const Tensor& t) {
+    std::vector<float> host(size_t(t.numel()));
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), t.raw_data(), host.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                              reader.handle()),
+              cudaSuccess);
+    reader.synchronize();
+    return host;
+  };
+  const auto all_nan = [](const std::vector<float>& v) {
+    for (float f : v)
+      if (!std::isnan(f)) return false;
+    return true;
+  };
+  {
+    StreamHold hold(side);
+    {
+      cuda::StreamGuard on(side);
+      matmul(mm, a, b, bias);
+      gelu_backward(dx, db, g, x, gelu_bias, false);
+    }
+    EXPECT_TRUE(all_nan(read_now(mm))) << "the matmul ran before its stream was released";
+    EXPECT_TRUE(all_nan(read_now(dx))) << "bias_gelu_backward's dx was written before its stream was released";
+    EXPECT_TRUE(all_nan(read_now(db))) << "the bias gradient was written before its stream was released";
+  }  // released, and `side` synchronized
+  EXPECT_EQ(read_now(mm), read_now(want_mm));
+  EXPECT_EQ(read_now(dx), read_now(want_dx));
+  EXPECT_EQ(read_now(db), read_now(want_db));
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "bert_golden_support.h"
 #include "nn/io/safetensors.h"

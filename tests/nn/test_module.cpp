@@ -1,4 +1,7 @@
 // nn::Module semantics and the basic layers.
+#include <algorithm>
+#include <cmath>
+
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers/attention.h"

@@ -13,6 +13,7 @@
 #define GEMM_BF16_SUITE GemmBf16
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

@@ -3,6 +3,7 @@
 // size-1 dims and every dtype; backward through gradcheck; errors that name the op and shapes.
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "kernels/reference/elementwise.h"
 #include "test_util.h"

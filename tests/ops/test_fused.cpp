@@ -3,6 +3,7 @@
 // (dropout masks included), in every float dtype they take and mixed bf16/f32 inputs; gradcheck
 // in f64; the autocast policy; thread-count independence; AVX-512 and AVX2 kernels agreeing;
 // errors that name the op and the shapes. Also the dropout mask stream on every kernel path.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>

@@ -1,6 +1,7 @@
 // embedding, dropout and cross_entropy: forward and backward against the reference on random
 // shapes and dtypes, determinism across thread counts, gradcheck, and error messages.
 #include <cmath>
+#include <limits>
 
 #include "kernels/reference/nn_functional.h"
 #include "test_util.h"

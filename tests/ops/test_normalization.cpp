@@ -1,6 +1,7 @@
 // softmax, log_softmax and layer_norm: forward and the dedicated backward kernels against
 // the double reference over random shapes, every dim, layouts and dtypes; gradcheck in f64;
 // numerical stability; errors that name the op and the shapes.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>

@@ -2,6 +2,7 @@
 // reference over random shapes, dim sets, layouts and dtypes, including size-0 and size-1
 // dims and every kernel path (rows, columns, permuted, split long reductions); backward
 // through gradcheck; errors that name the op and the shape.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>

@@ -2,6 +2,7 @@
 // NaN detection included), GradScaler's scale/backoff/growth arithmetic, its misuse errors,
 // its state dict, cross-rank agreement on overflows, and an f16-autocast MLP that starts with
 // an overflowing scale, skips updates while the scale halves, then trains.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>

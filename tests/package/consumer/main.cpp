@@ -5,6 +5,7 @@
 #include <ember/version.h>
 
 #include <cstdio>
+#include <memory>
 
 int main() {
   using namespace ember;
