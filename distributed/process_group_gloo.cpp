@@ -1,6 +1,5 @@
 #include "distributed/process_group_gloo.h"
 
-#include <arpa/inet.h>
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -8,11 +7,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cctype>
 #include <cstdlib>
@@ -28,6 +26,7 @@
 #include "core/half.h"
 #include "distributed/collective_checks.h"
 #include "distributed/gloo_store_adapter.h"
+#include "distributed/socket_util.h"
 
 namespace ember::distributed {
 namespace {
@@ -55,38 +54,14 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host.empty() || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+// True when the job spans several machines, as the launcher's variables tell.
+bool job_spans_machines(int size) {
+  const std::string local = env_or("LOCAL_WORLD_SIZE", "");
+  const int per_machine = local.empty() ? size : std::atoi(local.c_str());
+  return per_machine > 0 && per_machine < size;
 }
 
-// The local address the kernel would use to reach `host` (a UDP connect sends nothing).
-std::string local_address_toward(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found) return "";
-  std::string result;
-  for (addrinfo* a = found; a && result.empty(); a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET6_ADDRSTRLEN] = {0};
-      const void* src = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      if (inet_ntop(local.ss_family, src, buf, sizeof(buf))) result = buf;
-    }
-    ::close(fd);
-  }
-  freeaddrinfo(found);
-  return result;
-}
-
-gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& opt) {
+gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& opt, int size) {
   gloo::transport::tcp::attr attr;
   const std::string ifname = opt.gloo_ifname.empty() ? env_or("EMBER_GLOO_IFNAME", "") : opt.gloo_ifname;
   if (!ifname.empty()) {
@@ -96,8 +71,16 @@ gloo::transport::tcp::attr device_attr(const ProcessGroupOptions& opt) {
   std::string host = opt.gloo_hostname.empty() ? env_or("EMBER_GLOO_HOSTNAME", "") : opt.gloo_hostname;
   if (host.empty()) {
     const std::string master = env_or("MASTER_ADDR", "");
-    if (!is_loopback_host(master)) host = local_address_toward(master);
+    if (!master.empty() && !net::is_loopback_host(master)) {
+      host = net::local_address_toward(master);
+    } else if (!master.empty() && !net::is_loopback_everywhere(master) && job_spans_machines(size)) {
+      // The master's name is loopback only here (Debian's host name): the other machines dial
+      // it by its real address, so this rank must listen where they can reach it too.
+      host = net::routable_local_address();
+    }
   }
+  // Every rank is on this machine: each listens on 127.0.0.1, whatever loopback name the
+  // master was given (127.0.1.1, ::1, the host name), and the others dial what it publishes.
   attr.hostname = host.empty() ? "127.0.0.1" : host;
   return attr;
 }
@@ -323,7 +306,7 @@ ProcessGroupGloo::Impl::Impl(std::shared_ptr<Store> user_store, int rank_, int s
   store = group_key_space(user_store, rank);
   const std::string setup = detail::str_cat("ProcessGroupGloo setup (world ", size, ", rank ", rank, ")");
 
-  const auto attr = device_attr(opt);
+  const auto attr = device_attr(opt, size);
   try {
     device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {

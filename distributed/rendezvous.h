@@ -38,17 +38,22 @@ RendezvousInfo rendezvous_info_from_env();
 // The same, reading variables through `lookup` (nullopt = unset) instead of the environment.
 RendezvousInfo rendezvous_info_from(const std::function<std::optional<std::string>(const std::string&)>& lookup);
 
-// The address rank 0's store listens on: EMBER_STORE_BIND_ADDR when set, loopback when
-// MASTER_ADDR is a loopback name or address, otherwise every interface (0.0.0.0).
+// The address rank 0's store listens on (on every address it resolves to):
+// EMBER_STORE_BIND_ADDR when set; MASTER_ADDR itself when that is loopback (127.0.1.1,
+// "localhost", ::1, or a host name that resolves to loopback only, the latter on one machine),
+// so the store answers exactly where the other ranks dial; otherwise every interface
+// ("0.0.0.0", or "::" for an IPv6 MASTER_ADDR).
 std::string store_bind_address(const RendezvousInfo& info);
 
-// Rank 0 starts the store server, the other ranks connect to it (retrying until `timeout`).
+// Rank 0 starts the store server, the other ranks connect to it (retrying until `timeout`,
+// saying on stderr after a few seconds what they dial and why they still wait).
 std::shared_ptr<Store> connect_store(const RendezvousInfo& info, std::chrono::milliseconds timeout);
 
 // Returns once all world_size ranks have called it with the same `name`, or throws
 // "rendezvous: only 1 of 2 ranks arrived within 30s (missing ranks: 1)". Each rank records its
 // arrival under "<name>/rank_<r>" and bumps the counter "<name>". A name is good for one barrier
-// per store.
+// per store. While ranks are missing, rank 0 says on stderr which ones (after 5 s, then every
+// 30 s).
 void rendezvous_barrier(Store& store, int rank, int world_size, std::chrono::milliseconds timeout,
                         const std::string& name = "ember/rendezvous");
 

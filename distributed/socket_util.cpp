@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -55,12 +58,14 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-// Resolves host:port for TCP; returns nullptr and sets `error` on failure.
-AddrInfoPtr resolve(const std::string& host, int port, bool passive, std::string& error) {
+// Resolves host:port for TCP; returns nullptr and sets `error` on failure. `numeric_only`
+// accepts address literals only (no lookup).
+AddrInfoPtr resolve(const std::string& host, int port, bool passive, std::string& error,
+                    bool numeric_only = false) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0) | (numeric_only ? AI_NUMERICHOST : 0);
   addrinfo* result = nullptr;
   std::string service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
@@ -84,19 +89,48 @@ bool is_loopback_sockaddr(const sockaddr* sa) {
   return false;
 }
 
-std::string sockaddr_text(const sockaddr* sa) {
+bool all_loopback(const addrinfo* list) {
+  for (const addrinfo* ai = list; ai; ai = ai->ai_next)
+    if (!is_loopback_sockaddr(ai->ai_addr)) return false;
+  return list != nullptr;
+}
+
+// "localhost" in any letter case, with or without the root's trailing dot.
+bool is_localhost_name(const std::string& host) {
+  std::string name = host;
+  if (!name.empty() && name.back() == '.') name.pop_back();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name == "localhost";
+}
+
+// The numeric address of a socket address, without the port ("?" for other families).
+std::string address_text(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (sa->sa_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-    port = ntohs(in->sin_port);
-  } else if (sa->sa_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
-    port = ntohs(in6->sin6_port);
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
+  return buf;
+}
+
+int sockaddr_port(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+  if (sa->sa_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
+  return 0;
+}
+
+std::string sockaddr_text(const sockaddr* sa) { return host_port(address_text(sa), sockaddr_port(sa)); }
+
+// The distinct addresses of a resolver answer, in its order (a hosts file may repeat one).
+std::vector<const addrinfo*> distinct_addresses(const addrinfo* list) {
+  std::vector<const addrinfo*> out;
+  for (const addrinfo* ai = list; ai; ai = ai->ai_next) {
+    bool seen = std::any_of(out.begin(), out.end(), [&](const addrinfo* o) {
+      return o->ai_addrlen == ai->ai_addrlen && std::memcmp(o->ai_addr, ai->ai_addr, ai->ai_addrlen) == 0;
+    });
+    if (!seen) out.push_back(ai);
   }
-  return host_port(buf, port);
+  return out;
 }
 
 // Milliseconds left until `deadline`, rounded up, clamped to [0, INT_MAX].
@@ -115,16 +149,19 @@ bool connected_to_self(int fd) {
   return ll == pl && std::memcmp(&local, &peer, ll) == 0;
 }
 
-// One connect attempt to one address, waiting at most until `deadline`.
-Fd connect_once(const addrinfo* ai, Clock::time_point deadline, std::string& error) {
+// One connect attempt to one address, waiting at most until `deadline`. On failure `error`
+// holds the text and `code` the errno (ETIMEDOUT when the attempt itself ran out of time).
+Fd connect_once(const addrinfo* ai, Clock::time_point deadline, std::string& error, int& code) {
   Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
   if (!fd.valid()) {
-    error = errno_text(errno);
+    code = errno;
+    error = errno_text(code);
     return Fd();
   }
   if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
     if (errno != EINPROGRESS && errno != EINTR) {
-      error = errno_text(errno);
+      code = errno;
+      error = errno_text(code);
       return Fd();
     }
     pollfd p{fd.get(), POLLOUT, 0};
@@ -133,6 +170,7 @@ Fd connect_once(const addrinfo* ai, Clock::time_point deadline, std::string& err
       rc = ::poll(&p, 1, std::max(poll_timeout_ms(deadline), 1));
     } while (rc < 0 && errno == EINTR);
     if (rc == 0) {
+      code = ETIMEDOUT;
       error = "connection attempt timed out";
       return Fd();
     }
@@ -140,11 +178,14 @@ Fd connect_once(const addrinfo* ai, Clock::time_point deadline, std::string& err
     socklen_t len = sizeof(so_error);
     if (rc < 0 || getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
     if (so_error != 0) {
+      code = so_error;
       error = errno_text(so_error);
       return Fd();
     }
   }
   if (connected_to_self(fd.get())) {
+    // Nothing listened: the retry met itself on a free port.
+    code = ECONNREFUSED;
     error = errno_text(ECONNREFUSED);
     return Fd();
   }
@@ -157,23 +198,69 @@ Fd connect_once(const addrinfo* ai, Clock::time_point deadline, std::string& err
 
 }  // namespace
 
-bool is_loopback_host(const std::string& host) {
-  if (host == "localhost") return true;
-  in_addr a4{};
-  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  in6_addr a6{};
-  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1) {
-    sockaddr_in6 sa{};
-    sa.sin6_family = AF_INET6;
-    sa.sin6_addr = a6;
-    return is_loopback_sockaddr(reinterpret_cast<sockaddr*>(&sa));
-  }
+std::vector<std::string> resolve_addresses(const std::string& host) {
   std::string error;
   AddrInfoPtr list = resolve(host, 0, false, error);
-  if (!list) return false;
-  for (const addrinfo* ai = list.get(); ai; ai = ai->ai_next)
-    if (!is_loopback_sockaddr(ai->ai_addr)) return false;
-  return true;
+  std::vector<std::string> out;
+  if (!list) return out;
+  for (const addrinfo* ai : distinct_addresses(list.get())) out.push_back(address_text(ai->ai_addr));
+  return out;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host.empty()) return false;
+  if (is_localhost_name(host)) return true;
+  std::string error;
+  AddrInfoPtr list = resolve(host, 0, false, error);
+  return list && all_loopback(list.get());
+}
+
+bool is_loopback_everywhere(const std::string& host) {
+  if (host.empty()) return false;
+  if (is_localhost_name(host)) return true;
+  std::string error;
+  AddrInfoPtr literal = resolve(host, 0, false, error, true);
+  return literal && all_loopback(literal.get());
+}
+
+std::string local_address_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (host.empty() || getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  AddrInfoPtr owned(found);
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0)
+      return address_text(reinterpret_cast<sockaddr*>(&local));
+  }
+  return "";
+}
+
+std::string routable_local_address() {
+  // 192.0.2.1 (TEST-NET-1) is never local, so the kernel answers with the default route's source.
+  std::string via_default = local_address_toward("192.0.2.1");
+  if (!via_default.empty() && !is_loopback_host(via_default)) return via_default;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found, found_v6;
+  for (const ifaddrs* i = list; i && found.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      found = address_text(i->ifa_addr);
+    } else if (i->ifa_addr->sa_family == AF_INET6 && found_v6.empty()) {
+      const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+      // A link-local address needs its interface named to be dialled: useless to other ranks.
+      if (!IN6_IS_ADDR_LINKLOCAL(&a) && !IN6_IS_ADDR_LOOPBACK(&a)) found_v6 = address_text(i->ifa_addr);
+    }
+  }
+  freeifaddrs(list);
+  return found.empty() ? found_v6 : found;
 }
 
 void set_nonblocking(int fd) {
@@ -181,38 +268,67 @@ void set_nonblocking(int fd) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-Fd listen_on(const std::string& host, int port, int backlog) {
+namespace {
+
+void set_port(sockaddr_storage& sa, int port) {
+  if (sa.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&sa)->sin_port = htons(static_cast<uint16_t>(port));
+  if (sa.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port = htons(static_cast<uint16_t>(port));
+}
+
+}  // namespace
+
+std::vector<Fd> listen_on(const std::string& host, int port, int backlog) {
   EMBER_CHECK(port >= 0 && port <= 65535, "TcpStore: port ", port, " is out of range (0..65535)");
   std::string error;
   AddrInfoPtr list = resolve(host, port, true, error);
   EMBER_CHECK(list, "TcpStore: cannot listen on ", host_port(host, port), ": ", error);
+  const std::vector<const addrinfo*> addresses = distinct_addresses(list.get());
+  const bool has_v4 =
+      std::any_of(addresses.begin(), addresses.end(), [](const addrinfo* a) { return a->ai_family == AF_INET; });
   auto in_use = [&] {
     EMBER_FAIL("TcpStore: port ", port, " on ", host,
                " is already in use (is another job running? set MASTER_PORT)");
   };
-  for (const addrinfo* ai = list.get(); ai; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) {
-      error = errno_text(errno);
-      continue;
+  // With port 0 the first address picks the port and the others must get the same one; when
+  // another program holds it there, start over with a new port.
+  constexpr int kPortAttempts = 16;
+  for (int attempt = 1;; ++attempt) {
+    std::vector<Fd> fds;
+    int bound_port = port;
+    bool start_over = false;
+    for (const addrinfo* ai : addresses) {
+      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd.valid()) {
+        error = errno_text(errno);  // e.g. no IPv6 on this machine: the other addresses may do
+        continue;
+      }
+      // SO_REUSEADDR lets a restarted job reuse a port whose old connections linger in
+      // TIME_WAIT; on Linux a port with an active listener still refuses the bind.
+      int one = 1;
+      setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      // The IPv4 addresses get sockets of their own; a dual-stack IPv6 one would collide with them.
+      if (ai->ai_family == AF_INET6 && has_v4) setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+      sockaddr_storage sa{};
+      std::memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+      set_port(sa, bound_port);
+      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), ai->ai_addrlen) != 0 ||
+          ::listen(fd.get(), backlog) != 0) {
+        const int err = errno;
+        if (err == EADDRINUSE && port == 0 && !fds.empty() && attempt < kPortAttempts) {
+          start_over = true;
+          break;
+        }
+        if (err == EADDRINUSE) in_use();
+        error = address_text(ai->ai_addr) + ": " + errno_text(err);
+        continue;
+      }
+      if (bound_port == 0) bound_port = local_port(fd.get());
+      fds.push_back(std::move(fd));
     }
-    // SO_REUSEADDR lets a restarted job reuse a port whose old connections linger in
-    // TIME_WAIT; on Linux a port with an active listener still refuses the bind.
-    int one = 1;
-    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      if (errno == EADDRINUSE) in_use();
-      error = errno_text(errno);
-      continue;
-    }
-    if (::listen(fd.get(), backlog) != 0) {
-      if (errno == EADDRINUSE) in_use();
-      error = errno_text(errno);
-      continue;
-    }
-    return fd;
+    if (start_over) continue;
+    EMBER_CHECK(!fds.empty(), "TcpStore: cannot listen on ", host_port(host, port), ": ", error);
+    return fds;
   }
-  EMBER_FAIL("TcpStore: cannot listen on ", host_port(host, port), ": ", error);
 }
 
 int local_port(int fd) {
@@ -231,15 +347,27 @@ std::string peer_name(int fd) {
   return sockaddr_text(reinterpret_cast<sockaddr*>(&ss));
 }
 
-Fd connect_until(const std::string& host, int port, Clock::time_point deadline, std::string& last_error) {
+Fd connect_until(const std::string& host, int port, Clock::time_point deadline, std::string& last_error,
+                 const std::function<void(const DialProgress&)>& after_failed_round) {
+  const auto start = Clock::now();
   auto backoff = std::chrono::milliseconds(10);
   while (true) {
     AddrInfoPtr list = resolve(host, port, false, last_error);
-    for (const addrinfo* ai = list.get(); ai; ai = ai->ai_next) {
-      Fd fd = connect_once(ai, deadline, last_error);
+    DialProgress progress;
+    progress.refused = list != nullptr;
+    for (const addrinfo* ai : distinct_addresses(list.get())) {
+      int code = 0;
+      Fd fd = connect_once(ai, deadline, last_error, code);
       if (fd.valid()) return fd;
+      progress.addresses.push_back(sockaddr_text(ai->ai_addr));
+      progress.refused = progress.refused && code == ECONNREFUSED;
     }
     auto now = Clock::now();
+    if (after_failed_round) {
+      progress.waited = now - start;
+      progress.error = last_error;
+      after_failed_round(progress);
+    }
     if (now >= deadline) return Fd();
     // The server may not be listening yet: back off and try again.
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));

@@ -1,12 +1,15 @@
-// Small POSIX TCP helpers for the store and the rendezvous: an owning file descriptor,
-// listening and connecting with deadlines, and exact-length send/receive on non-blocking
-// sockets. Everything reports failures through return values or ember::Error with the
-// errno text, never through signals (SIGPIPE is suppressed per send).
+// Small POSIX TCP helpers for the store, the rendezvous and the Gloo group: an owning file
+// descriptor, the one set of rules for which hosts are loopback, listening and connecting with
+// deadlines, and exact-length send/receive on non-blocking sockets. Everything reports
+// failures through return values or ember::Error with the errno text, never through signals
+// (SIGPIPE is suppressed per send).
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace ember::distributed::net {
 
@@ -51,24 +54,55 @@ std::string format_seconds(std::chrono::milliseconds d);
 // "HOST:PORT", with brackets around IPv6 literals.
 std::string host_port(const std::string& host, int port);
 
-// True when `host` names only loopback addresses ("localhost", 127.0.0.0/8, ::1, or a name
-// that resolves to loopback addresses only).
+// Every address `host` resolves to for TCP, as numeric text ("127.0.1.1", "::1") in the order
+// a client tries them, without repeats. Empty when the name does not resolve.
+std::vector<std::string> resolve_addresses(const std::string& host);
+
+// True when `host` names only loopback addresses: an address in 127.0.0.0/8, the IPv6 loopback
+// (or 127.x.y.z mapped into IPv6), "localhost", or a name that resolves to loopback addresses only, such as
+// the machine's own host name, which Debian maps to 127.0.1.1. Empty or unresolvable: false.
 bool is_loopback_host(const std::string& host);
+
+// True when `host` is loopback on every machine: a loopback address literal or "localhost".
+// A name that is loopback only by this machine's resolver (its host name in /etc/hosts) may
+// name a routable address on the other machines of a job.
+bool is_loopback_everywhere(const std::string& host);
+
+// The local address the kernel would send from to reach `host` (a UDP connect sends nothing);
+// empty when `host` does not resolve or has no route.
+std::string local_address_toward(const std::string& host);
+
+// An address of this machine that other machines can reach: the source address of the default
+// route, else the first non-loopback address of an interface that is up. Empty when the
+// machine has none.
+std::string routable_local_address();
 
 void set_nonblocking(int fd);
 
-// A listening, non-blocking TCP socket bound to host:port (port 0 = any free port). Throws
+// Listening, non-blocking TCP sockets on every address `host` resolves to, all on one port
+// (port 0 = a free port), so a client reaches them whichever of the addresses it dials.
+// Addresses this machine cannot bind (IPv6 turned off) are skipped while one remains. Throws
 // ember::Error; an address in use gets a message that tells the user what to change.
-Fd listen_on(const std::string& host, int port, int backlog = 128);
+std::vector<Fd> listen_on(const std::string& host, int port, int backlog = 128);
 // The local port of a bound socket.
 int local_port(int fd);
 // "ADDR:PORT" of the peer of a connected socket ("?" when unknown).
 std::string peer_name(int fd);
 
+// Where a dial that keeps failing stands, after each round over the host's addresses.
+struct DialProgress {
+  Clock::duration waited{};            // since the first attempt
+  std::vector<std::string> addresses;  // "ADDR:PORT" dialled this round; empty: did not resolve
+  std::string error;                   // the last attempt's error text
+  bool refused = false;                // every address refused: nothing listens there (yet)
+};
+
 // Connects to host:port, retrying refused or unreachable attempts (the server may start later)
 // until `deadline`. Returns a connected non-blocking socket with TCP_NODELAY; on failure returns
-// an invalid Fd and stores the last error text in `last_error`.
-Fd connect_until(const std::string& host, int port, Clock::time_point deadline, std::string& last_error);
+// an invalid Fd and stores the last error text in `last_error`. `after_failed_round`, when
+// given, hears about every round that did not connect (to tell a waiting user why).
+Fd connect_until(const std::string& host, int port, Clock::time_point deadline, std::string& last_error,
+                 const std::function<void(const DialProgress&)>& after_failed_round = nullptr);
 
 enum class IoStatus { Ok, Timeout, Closed };
 

@@ -1,6 +1,7 @@
 #include "distributed/tcp_store.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "distributed/tcp_store_protocol.h"
@@ -19,6 +20,10 @@ using wire::Request;
 constexpr std::chrono::milliseconds kReplyGrace{2000};
 // How long a store that already lost a connection keeps trying to open a new one.
 constexpr std::chrono::milliseconds kReconnectWindow{1000};
+// A client still dialling after kFirstNotice says so on stderr, then again every kNoticeEvery:
+// a rank waiting on a wrong address must not sit silent until its timeout.
+constexpr std::chrono::seconds kFirstNotice{3};
+constexpr std::chrono::seconds kNoticeEvery{30};
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   constexpr size_t kShown = 8;
@@ -53,6 +58,21 @@ std::string reachable_host(const std::string& listen_host) {
 
 std::string lost_suffix(int err) { return err ? " (" + net::errno_text(err) + ")" : ""; }
 
+// What a failed dial means, for the person reading it.
+std::string dial_hint(const net::DialProgress& p) {
+  if (p.addresses.empty()) return "the name does not resolve: check the address given for the store";
+  if (p.refused)
+    return "nothing accepts connections there: is rank 0, which serves the store, running, and is this "
+           "the address it listens on?";
+  return "no answer: is the address right, and does a firewall let the port through?";
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
 }  // namespace
 
 struct TcpStore::ReplyFrame {
@@ -60,8 +80,8 @@ struct TcpStore::ReplyFrame {
   std::vector<uint8_t> payload;
 };
 
-TcpStore::TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout)
-    : host_(std::move(host)), port_(port) {
+TcpStore::TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout, std::string who)
+    : host_(std::move(host)), port_(port), who_(std::move(who)) {
   timeout_ = timeout;
   EMBER_CHECK(port >= 0 && port <= 65535, "TcpStore: port ", port, " is out of range (0..65535)");
   EMBER_CHECK(is_server || port != 0, "TcpStore: a client needs the server's port (got 0)");
@@ -83,15 +103,35 @@ TcpStore::~TcpStore() {
 
 std::string TcpStore::where() const { return net::host_port(connect_host_, port_); }
 
+std::string TcpStore::where_dialled(const std::vector<std::string>& addresses) const {
+  // A literal dials itself: naming it twice would say nothing.
+  if (addresses.empty() || (addresses.size() == 1 && addresses[0] == where())) return where();
+  return where() + " (" + join(addresses) + ")";
+}
+
 net::Fd TcpStore::connect_new() {
   bool reconnecting = lost_.load();
   auto deadline = Clock::now() + (reconnecting ? std::min(timeout(), kReconnectWindow) : timeout());
+  const std::string subject = who_.empty() ? std::string() : who_ + " ";
   std::string last_error;
-  net::Fd fd = net::connect_until(connect_host_, port_, deadline, last_error);
-  EMBER_CHECK(fd.valid() || !reconnecting, "TcpStore: could not reconnect to ", where(),
+  net::DialProgress last;
+  std::chrono::steady_clock::duration next_notice = kFirstNotice;
+  auto report = [&](const net::DialProgress& p) {
+    last = p;
+    if (reconnecting || p.waited < next_notice) return;
+    next_notice = p.waited + kNoticeEvery;
+    const std::chrono::seconds waited = std::chrono::duration_cast<std::chrono::seconds>(p.waited);
+    std::fprintf(stderr,
+                 "TcpStore: %sis still dialling the store at %s after %s: %s (%s); retrying until the timeout of %s\n",
+                 subject.c_str(), where_dialled(p.addresses).c_str(), net::format_seconds(waited).c_str(),
+                 p.error.c_str(), dial_hint(p).c_str(), net::format_seconds(timeout()).c_str());
+    std::fflush(stderr);
+  };
+  net::Fd fd = net::connect_until(connect_host_, port_, deadline, last_error, report);
+  EMBER_CHECK(fd.valid() || !reconnecting, "TcpStore: ", subject, "could not reconnect to ", where(),
               " after a connection to it was lost (", last_error, ")");
-  EMBER_CHECK(fd.valid(), "TcpStore: could not connect to ", where(), " within ", net::format_seconds(timeout()),
-              " (", last_error, ")");
+  EMBER_CHECK(fd.valid(), "TcpStore: ", subject, "could not connect to the store at ", where_dialled(last.addresses),
+              " within ", net::format_seconds(timeout()), ": ", last_error, " (", dial_hint(last), ")");
 
   // Handshake: proves the listener is an Ember store speaking this protocol version.
   wire::FrameWriter hello(static_cast<uint8_t>(Request::Hello));

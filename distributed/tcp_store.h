@@ -1,7 +1,9 @@
 // TcpStore: the Store every rank of a job reaches over TCP, like torch.distributed.TCPStore.
 // Rank 0 constructs it with is_server=true: it starts the server thread (listening only on the
-// address given) and talks to it through the same protocol as everyone else. The other ranks
-// connect, retrying until timeout() since the server may start after them.
+// address given, on every address a name resolves to) and talks to it through the same
+// protocol as everyone else. The other ranks connect, retrying until timeout() since the
+// server may start after them; a client still dialling after a few seconds says on stderr
+// what it dials and why it waits, and again every half minute.
 //
 //   auto store = std::make_shared<TcpStore>("127.0.0.1", 29500, rank == 0, std::chrono::seconds(30));
 //   store->set_string("addr/" + std::to_string(rank), my_address);
@@ -27,9 +29,10 @@ class TcpStoreServer;
 class TcpStore : public Store {
  public:
   // is_server: listen on host:port (port 0 picks a free port, see port()); "0.0.0.0" serves
-  // other machines. Otherwise connect to host:port (a name or an address).
+  // other machines. Otherwise connect to host:port (a name or an address). `who` ("rank 1")
+  // names this process in connection messages and errors.
   TcpStore(std::string host, int port, bool is_server,
-           std::chrono::milliseconds timeout = std::chrono::minutes(5));
+           std::chrono::milliseconds timeout = std::chrono::minutes(5), std::string who = "");
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
@@ -57,11 +60,14 @@ class TcpStore : public Store {
   net::Fd acquire();
   void release(net::Fd fd);
   std::string where() const;
+  // where(), plus the addresses a name resolved to: "node0:29500 (10.0.0.5:29500)".
+  std::string where_dialled(const std::vector<std::string>& addresses) const;
 
   std::unique_ptr<TcpStoreServer> server_;
   std::string host_;
   std::string connect_host_;  // host_, or loopback when the server listens on a wildcard
   int port_ = 0;
+  std::string who_;
   // Set once a connection broke mid-call: the server is probably gone, so new connections get a
   // short try instead of the patient retry loop meant for a server that has yet to start.
   std::atomic<bool> lost_{false};

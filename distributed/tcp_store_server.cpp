@@ -63,7 +63,8 @@ struct ProtocolViolation {
 
 class TcpStoreServer::Loop {
  public:
-  Loop(net::Fd listener, net::Fd wake_read) : listener_(std::move(listener)), wake_read_(std::move(wake_read)) {}
+  Loop(std::vector<net::Fd> listeners, net::Fd wake_read)
+      : listeners_(std::move(listeners)), wake_read_(std::move(wake_read)) {}
 
   void run() {
     std::vector<pollfd> fds;
@@ -71,7 +72,8 @@ class TcpStoreServer::Loop {
       fds.clear();
       fds.push_back({wake_read_.get(), POLLIN, 0});
       bool listening = Clock::now() >= accept_paused_until_;
-      fds.push_back({listener_.get(), static_cast<short>(listening ? POLLIN : 0), 0});
+      for (const auto& l : listeners_) fds.push_back({l.get(), static_cast<short>(listening ? POLLIN : 0), 0});
+      const size_t first_conn = 1 + listeners_.size();
       for (auto& c : conns_) {
         short events = POLLIN | POLLRDHUP;
         if (c->out_sent < c->out.size()) events |= POLLOUT;
@@ -87,12 +89,13 @@ class TcpStoreServer::Loop {
       // Connections accepted below are not in `fds`: walk only the ones polled.
       size_t polled = conns_.size();
       for (size_t i = 0; i < polled; ++i) {
-        short revents = fds[i + 2].revents;
+        short revents = fds[first_conn + i].revents;
         if (rc > 0 && revents) serve(*conns_[i], revents);
       }
       expire_waits(Clock::now());
       std::erase_if(conns_, [](const std::unique_ptr<Connection>& c) { return c->dead; });
-      if (rc > 0 && (fds[1].revents & POLLIN)) accept_all();
+      for (size_t l = 0; l < listeners_.size(); ++l)
+        if (rc > 0 && (fds[1 + l].revents & POLLIN)) accept_all(listeners_[l].get());
     }
     conns_.clear();  // closing the sockets tells every client the store is gone
   }
@@ -108,9 +111,9 @@ class TcpStoreServer::Loop {
     return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
   }
 
-  void accept_all() {
+  void accept_all(int listener) {
     while (true) {
-      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -354,7 +357,7 @@ class TcpStoreServer::Loop {
     c.out_sent = 0;
   }
 
-  net::Fd listener_;
+  std::vector<net::Fd> listeners_;  // one per address the store listens on
   net::Fd wake_read_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::unordered_map<std::string, std::vector<uint8_t>> data_;
@@ -362,14 +365,14 @@ class TcpStoreServer::Loop {
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port) {
-  net::Fd listener = net::listen_on(host, port);
-  port_ = net::local_port(listener.get());
+  std::vector<net::Fd> listeners = net::listen_on(host, port);
+  port_ = net::local_port(listeners.front().get());
   int pipe_fds[2];
   EMBER_CHECK(::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0, "TcpStore: cannot create the server's wake-up pipe: ",
               net::errno_text(errno));
   net::Fd wake_read(pipe_fds[0]);
   wake_write_ = net::Fd(pipe_fds[1]);
-  loop_ = std::make_unique<Loop>(std::move(listener), std::move(wake_read));
+  loop_ = std::make_unique<Loop>(std::move(listeners), std::move(wake_read));
   thread_ = std::thread([loop = loop_.get()] { loop->run(); });
 }
 

@@ -14,8 +14,8 @@ namespace ember::distributed {
 
 class TcpStoreServer {
  public:
-  // Binds and listens on host:port (port 0 = a free port) before returning; throws ember::Error
-  // when the port is taken.
+  // Binds and listens on host:port (port 0 = a free port) before returning, on every address
+  // `host` resolves to (one port for all); throws ember::Error when the port is taken.
   TcpStoreServer(const std::string& host, int port);
   // Stops the thread, closing every client connection (their waits fail instead of hanging).
   ~TcpStoreServer();

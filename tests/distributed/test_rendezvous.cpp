@@ -1,5 +1,7 @@
 // env:// rendezvous: parsing the launcher's variables, choosing the store's bind address, and
 // the startup barrier across threads and real processes.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <future>
 #include <map>
@@ -154,20 +156,88 @@ TEST(RendezvousEnv, InconsistentValuesAreErrors) {
 
 // ---- bind address
 
-TEST(RendezvousStore, BindsLoopbackOnlyForLoopbackMasters) {
+TEST(RendezvousStore, BindsWhereTheRanksDial) {
   auto vars = kNoRendezvousVars;
   ScopedEnv clean(vars);
-  RendezvousInfo info;
-  for (const char* loopback : {"127.0.0.1", "127.0.1.1", "localhost"}) {
-    info.master_addr = loopback;
-    EXPECT_EQ(store_bind_address(info), "127.0.0.1") << loopback;
+  RendezvousInfo one_machine;
+  one_machine.world_size = one_machine.local_world_size = 2;
+  RendezvousInfo two_machines = one_machine;
+  two_machines.world_size = 4;
+  // A loopback master is served on exactly the addresses the ranks dial, nothing wider: binding
+  // 127.0.0.1 for a master of 127.0.1.1 (Debian's host name) would refuse every rank.
+  for (const char* loopback : {"127.0.0.1", "127.0.1.1", "127.0.0.2", "::1", "localhost"}) {
+    for (RendezvousInfo* info : {&one_machine, &two_machines}) {
+      info->master_addr = loopback;
+      EXPECT_EQ(store_bind_address(*info), loopback) << loopback << " on " << info->num_nodes() << " machine(s)";
+    }
   }
-  info.master_addr = "::1";
-  EXPECT_EQ(store_bind_address(info), "::1");
-  info.master_addr = "10.1.2.3";
-  EXPECT_EQ(store_bind_address(info), "0.0.0.0");
+  for (RendezvousInfo* info : {&one_machine, &two_machines}) {
+    info->master_addr = "10.1.2.3";
+    EXPECT_EQ(store_bind_address(*info), "0.0.0.0");
+    info->master_addr = "2001:db8::1";
+    EXPECT_EQ(store_bind_address(*info), "::");
+  }
   ScopedEnv bind(EnvVars{{"EMBER_STORE_BIND_ADDR", "10.9.8.7"}});
-  EXPECT_EQ(store_bind_address(info), "10.9.8.7");
+  EXPECT_EQ(store_bind_address(one_machine), "10.9.8.7");
+}
+
+TEST(RendezvousStore, ThisMachinesHostNameIsServedWhereItResolves) {
+  auto vars = kNoRendezvousVars;
+  ScopedEnv clean(vars);
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  if (!net::is_loopback_host(name)) GTEST_SKIP() << "the host name '" << name << "' is not loopback here";
+  RendezvousInfo info;
+  info.master_addr = name;
+  info.world_size = info.local_world_size = 2;
+  EXPECT_EQ(store_bind_address(info), name);
+  // On several machines the others may know the name by a routable address.
+  info.world_size = 4;
+  EXPECT_EQ(store_bind_address(info), "0.0.0.0");
+}
+
+TEST(RendezvousStore, RanksMeetAt127_0_1_1) {
+  int port = free_port();
+  Env env0 = full_env(0, 2, port), env1 = full_env(1, 2, port);
+  env0["MASTER_ADDR"] = env1["MASTER_ADDR"] = "127.0.1.1";
+  auto rank1 = std::async(std::launch::async, [&] { return rendezvous(parse(env1), 10s); });
+  std::shared_ptr<Store> store0 = rendezvous(parse(env0), 10s);
+  ASSERT_EQ(rank1.wait_for(15s), std::future_status::ready);
+  std::shared_ptr<Store> store1 = rank1.get();
+  EXPECT_EQ(dynamic_cast<TcpStore&>(*store0).host(), "127.0.1.1");
+  store1->set_string("from1", "x");
+  EXPECT_EQ(store0->get_string("from1"), "x");
+}
+
+TEST(RendezvousStore, ARefusedDialSaysSoWithinSeconds) {
+  // Rank 1 of 2 with nobody serving the store: within a few seconds it says what it dials and
+  // why it still waits, keeps retrying, and at its timeout fails naming address, rank and time.
+  const int port = free_port();
+  const std::string where = "127.0.1.1:" + std::to_string(port);
+  auto env = kNoRendezvousVars;
+  for (auto& [name, value] : full_env(1, 2, port)) env[name] = value;
+  env["MASTER_ADDR"] = "127.0.1.1";
+  const auto start = std::chrono::steady_clock::now();
+  ChildProcess rank1({std::string(EMBER_TEST_PROGRAMS) + "/store_client", "rendezvous", "7000"}, env);
+  std::optional<std::string> notice;
+  while (!notice || notice->find("still dialling") == std::string::npos) {
+    notice = rank1.read_line(8s);
+    if (!notice) break;
+  }
+  const auto noticed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(notice) << "no notice while dialling; output: " << rank1.output();
+  EXPECT_LT(noticed, 6s) << *notice;
+  for (const std::string& part : {"TcpStore: rank 1 is still dialling the store at " + where + " after ",
+                                  std::string("Connection refused"), std::string("is rank 0"),
+                                  std::string("retrying until the timeout of 7s")})
+    EXPECT_NE(notice->find(part), std::string::npos) << "\"" << part << "\" not in: " << *notice;
+
+  EXPECT_EQ(rank1.wait(15s), 1) << rank1.output();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 7s) << "it gave up before its timeout";
+  EXPECT_NE(rank1.output().find("TcpStore: rank 1 could not connect to the store at " + where +
+                                " within 7s: Connection refused"),
+            std::string::npos)
+      << rank1.output();
 }
 
 // ---- connecting and the barrier
@@ -228,13 +298,34 @@ TEST(RendezvousStore, MissingRanksAreListed) {
 TEST(RendezvousStore, NonZeroRankWithoutAServerFailsToConnect) {
   int port = free_port();
   EXPECT_EMBER_ERROR(rendezvous(parse(full_env(1, 2, port)), 300ms),
-                     "TcpStore: could not connect to 127.0.0.1:" + std::to_string(port), "within 0.3s");
+                     "TcpStore: rank 1 could not connect to the store at 127.0.0.1:" + std::to_string(port),
+                     "within 0.3s", "Connection refused", "is rank 0");
 }
 
 TEST(RendezvousStore, BusyMasterPortIsAClearError) {
   TcpStore other("127.0.0.1", 0, true, 2s);
   EXPECT_EMBER_ERROR(connect_store(parse(full_env(0, 2, other.port())), 1s), "is already in use",
                      "set MASTER_PORT");
+}
+
+TEST(RendezvousStore, RankZeroSaysWhichRanksItStillWaitsFor) {
+  const int port = free_port();
+  auto env = kNoRendezvousVars;
+  for (auto& [name, value] : full_env(0, 3, port)) env[name] = value;
+  const auto start = std::chrono::steady_clock::now();
+  ChildProcess rank0({std::string(EMBER_TEST_PROGRAMS) + "/store_client", "rendezvous", "6500"}, env);
+  std::optional<std::string> notice;
+  while (!notice || notice->find("rendezvous: rank 0 has waited") == std::string::npos) {
+    notice = rank0.read_line(8s);
+    if (!notice) break;
+  }
+  ASSERT_TRUE(notice) << "rank 0 said nothing while waiting; output: " << rank0.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6500ms) << *notice;
+  EXPECT_NE(notice->find("for ranks 1, 2 (1 of 3 arrived); waiting until the timeout of 6.5s"), std::string::npos)
+      << *notice;
+  EXPECT_EQ(rank0.wait(15s), 1) << rank0.output();
+  EXPECT_NE(rank0.output().find("only 1 of 3 ranks arrived within 6.5s (missing ranks: 1, 2)"), std::string::npos)
+      << rank0.output();
 }
 
 TEST(RendezvousStore, RanksMeetAcrossProcesses) {

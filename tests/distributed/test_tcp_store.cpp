@@ -230,8 +230,8 @@ TEST(TcpStore, WaitTimeoutListsTheMissingKeys) {
 TEST(TcpStore, ConnectTimeoutWhenNobodyListens) {
   int port = free_port();
   std::string where = "127.0.0.1:" + std::to_string(port);
-  EXPECT_EMBER_ERROR(TcpStore("127.0.0.1", port, false, 300ms), "TcpStore: could not connect to " + where,
-                     "within 0.3s", "refused");
+  EXPECT_EMBER_ERROR(TcpStore("127.0.0.1", port, false, 300ms), "TcpStore: could not connect to the store at " + where,
+                     "within 0.3s", "refused", "nothing accepts connections there");
 }
 
 TEST(TcpStore, ClientRetriesUntilTheServerStarts) {
@@ -251,7 +251,27 @@ TEST(TcpStore, ServerListensOnlyOnTheAddressGiven) {
   EXPECT_EQ(server->host(), "127.0.0.2");
   auto via_own = make_client(server->port(), 2s, "127.0.0.2");
   via_own->set_string("k", "v");
-  EXPECT_EMBER_ERROR(make_client(server->port(), 300ms, "127.0.0.1"), "could not connect to 127.0.0.1:");
+  EXPECT_EMBER_ERROR(make_client(server->port(), 300ms, "127.0.0.1"), "could not connect to the store at 127.0.0.1:");
+}
+
+TEST(TcpStore, ServerOnANameAnswersOnEveryAddressItResolvesTo) {
+  // "localhost" is ::1 and 127.0.0.1 on most machines: a client may dial either.
+  auto server = make_server(2s, "localhost");
+  EXPECT_EQ(server->host(), "localhost");
+  const std::vector<std::string> addresses = net::resolve_addresses("localhost");
+  ASSERT_FALSE(addresses.empty());
+  for (const std::string& a : addresses) {
+    auto client = make_client(server->port(), 2s, a);
+    client->set_string("via " + a, "1");
+  }
+  EXPECT_EQ(server->num_keys(), int64_t(addresses.size()));
+}
+
+TEST(TcpStore, ClientErrorsNameWhoDialled) {
+  const int port = free_port();
+  EXPECT_EMBER_ERROR(TcpStore("localhost", port, false, 200ms, "rank 3"),
+                     "TcpStore: rank 3 could not connect to the store at localhost:" + std::to_string(port) + " (",
+                     "within 0.2s");
 }
 
 TEST(TcpStore, WildcardServerAndHostnameClient) {

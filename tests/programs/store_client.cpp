@@ -32,7 +32,7 @@ int exchange(const std::string& host, int port, int rank, int world, std::chrono
   for (int r = 0; r < world; ++r) {
     std::string key = "value/" + std::to_string(r);
     std::string v = store.get_string(key);
-    if (v != "v" + std::to_string(r)) {
+    if (v != std::string("v").append(std::to_string(r))) {  // not "v" + ...: a gcc 12 -Wrestrict false alarm
       std::cerr << "rank " << rank << ": " << key << " = '" << v << "'\n";
       return 1;
     }
