@@ -129,15 +129,12 @@ std::string checkpoint_file_name(const std::string& kind, size_t index) {
   return index == 0 ? kind + ".safetensors" : kind + "_" + std::to_string(index) + ".safetensors";
 }
 
-void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, const AcceleratorState& state) {
-  EMBER_CHECK(!dir.empty(), "save_state: the checkpoint directory is empty");
-  const fs::path target = normalized(dir);
-  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string name = target.filename().string();
-  const fs::path staging = parent / ("." + name + ".tmp");
-  const fs::path previous = parent / ("." + name + ".old");
-  const bool main = state.is_main_process();
+namespace {
 
+// Writes every file into `staging`, then makes it the checkpoint `target` (see the header).
+void write_staged_checkpoint(const CheckpointPayload& payload, const AcceleratorState& state, const fs::path& target,
+                             const fs::path& parent, const fs::path& staging, const fs::path& previous) {
+  const bool main = state.is_main_process();
   all_or_nothing(state, "save_state", [&] {
     if (!main) return;
     fs::create_directories(parent);
@@ -162,7 +159,11 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
       save_object_state(s + checkpoint_file_name("custom_checkpoint", i), payload.custom[i]);
     if (payload.scaler) save_object_state(s + kScalerFileName, *payload.scaler);
     nlohmann::json loaders = nlohmann::json::array();
-    for (const auto& p : payload.dataloaders) loaders.push_back({{"epoch", p.epoch}, {"position", p.position}});
+    for (const auto& p : payload.dataloaders) {
+      nlohmann::json entry = {{"epoch", p.epoch}, {"position", p.position}};
+      if (p.seed) entry["seed"] = *p.seed;  // a shuffle seed drawn from the generator
+      loaders.push_back(entry);
+    }
     nlohmann::json meta = {{"format", kFormat},
                            {"num_processes", state.num_processes()},
                            {"models", payload.models.size()},
@@ -205,6 +206,34 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
   });
 }
 
+// After a failed save (a full disk, a process that failed): the name holds what it held before
+// and the half-written staging directory is gone. A checkpoint moved aside for the replacement
+// is put back; errors here are not reported over the one that made the save fail.
+void undo_failed_save(const fs::path& target, const fs::path& staging, const fs::path& previous) {
+  std::error_code ec;
+  if (!fs::exists(target, ec) && fs::is_directory(previous, ec)) fs::rename(previous, target, ec);
+  fs::remove_all(staging, ec);
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, const AcceleratorState& state) {
+  EMBER_CHECK(!dir.empty(), "save_state: the checkpoint directory is empty");
+  const fs::path target = normalized(dir);
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string name = target.filename().string();
+  const fs::path staging = parent / ("." + name + ".tmp");
+  const fs::path previous = parent / ("." + name + ".old");
+  const bool main = state.is_main_process();
+
+  try {
+    write_staged_checkpoint(payload, state, target, parent, staging, previous);
+  } catch (...) {
+    if (main) undo_failed_save(target, staging, previous);
+    throw;
+  }
+}
+
 CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state) {
   fs::path root = normalized(dir);
   if (!fs::is_directory(root)) {
@@ -242,8 +271,11 @@ CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState
       out.custom.push_back(load_object_state(s + checkpoint_file_name("custom_checkpoint", i)));
     // Checkpoints written before loss scaling existed have no "scaler" entry: no scaler.
     if (meta.value("scaler", false)) out.scaler = load_object_state(s + kScalerFileName);
-    for (const auto& p : meta.at("dataloaders"))
-      out.dataloaders.push_back({p.at("epoch").get<int64_t>(), p.at("position").get<int64_t>()});
+    for (const auto& p : meta.at("dataloaders")) {
+      LoaderPosition pos{p.at("epoch").get<int64_t>(), p.at("position").get<int64_t>()};
+      if (p.contains("seed")) pos.seed = p.at("seed").get<uint64_t>();
+      out.dataloaders.push_back(pos);
+    }
     out.accumulation_step = meta.at("accumulation_step").get<int64_t>();
     out.save_iteration = meta.at("save_iteration").get<int64_t>();
     const std::string rng_file = s + rng_file_name(state.process_index());

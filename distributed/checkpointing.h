@@ -18,7 +18,7 @@
 // two renames, and a crash between them leaves the old one as ".<name>.old", which load_state
 // reads and the next save_state puts back). A crash or a full disk during save_state leaves
 // every earlier checkpoint loadable under its name; a failed save reports the file it could not
-// write.
+// write and removes its temporary directory.
 // All processes must see the same filesystem (one machine, or a shared one).
 #pragma once
 #include <map>

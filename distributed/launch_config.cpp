@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <pwd.h>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -87,6 +89,101 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+// Refuses a mapping, at any depth, that holds the same key twice. YAML::Load keeps both entries
+// and a reader of the map sees one of them, so `num_processes: 2` further down a file would
+// silently override `num_processes: 8` above it. The node tree does not keep where a key was
+// written for every entry, so the first document is walked as parser events instead.
+class DuplicateKeyFinder : public YAML::EventHandler {
+ public:
+  explicit DuplicateKeyFinder(std::string source) : source_(std::move(source)) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node_done(mark, nullptr); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto it = anchored_scalars_.find(anchor);
+    node_done(mark, it == anchored_scalars_.end() ? nullptr : &it->second);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
+    if (anchor != YAML::NullAnchor) anchored_scalars_[anchor] = value;
+    node_done(mark, &value);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(false);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(true);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Collection {
+    bool is_map = false;
+    std::string path;                  // "outer.inner[2]"; empty at the top level
+    bool expecting_key = true;         // maps: the next node is a key
+    std::string key;                   // maps: the key whose value comes next
+    std::map<std::string, int> lines;  // maps: key -> line it was written on (1-based)
+    int index = 0;                     // sequences: the next item's index
+  };
+
+  // Where the next node of the innermost collection sits, for naming nested keys.
+  std::string child_path() const {
+    if (stack_.empty()) return "";
+    const Collection& c = stack_.back();
+    if (!c.is_map) return c.path + "[" + std::to_string(c.index) + "]";
+    const std::string key = c.expecting_key ? "?" : c.key;  // a mapping or list used as a key
+    return c.path.empty() ? key : c.path + "." + key;
+  }
+
+  void open(bool is_map) {
+    Collection c;
+    c.is_map = is_map;
+    c.path = child_path();
+    stack_.push_back(std::move(c));
+  }
+
+  void close() {
+    stack_.pop_back();
+    node_done(YAML::Mark(), nullptr);
+  }
+
+  // One node of the innermost collection is complete; `scalar` is its text when it has one.
+  void node_done(const YAML::Mark& mark, const std::string* scalar) {
+    if (stack_.empty()) return;
+    Collection& c = stack_.back();
+    if (!c.is_map) {
+      ++c.index;
+      return;
+    }
+    if (!c.expecting_key) {
+      c.expecting_key = true;
+      return;
+    }
+    c.expecting_key = false;
+    c.key = scalar ? *scalar : "?";
+    if (!scalar) return;  // a key that is not a name is refused when the file is read
+    const int line = mark.line + 1;
+    const auto [it, inserted] = c.lines.emplace(*scalar, line);
+    if (inserted) return;
+    const std::string name = c.path.empty() ? *scalar : c.path + "." + *scalar;
+    EMBER_FAIL(source_, ": key '", name, "' appears twice, on line ", it->second, " and on line ", line,
+               " (YAML would silently keep only one of the two values); remove one of them");
+  }
+
+  std::string source_;
+  std::vector<Collection> stack_;
+  std::map<YAML::anchor_t, std::string> anchored_scalars_;
+};
+
+// Only the first document is read, as YAML::Load does.
+void check_no_duplicate_keys(const std::string& source, const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DuplicateKeyFinder finder(source);
+  parser.HandleNextDocument(finder);
+}
+
 std::string home_directory() {
   if (const char* home = std::getenv("HOME"); home && *home) return home;
   if (const passwd* pw = getpwuid(getuid()); pw && pw->pw_dir) return pw->pw_dir;
@@ -153,6 +250,7 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
+    check_no_duplicate_keys(source, text);
   } catch (const YAML::ParserException& e) {
     EMBER_FAIL(source, ": YAML syntax error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
   }

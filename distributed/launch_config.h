@@ -55,7 +55,8 @@ struct LaunchConfig {
   // name, or "command line") starts the message.
   void validate(const std::string& source) const;
 
-  // Reads and validates a YAML file. Unknown keys are errors that list the known ones.
+  // Reads and validates a YAML file. Unknown keys are errors that list the known ones; so is a
+  // key written twice in one mapping (at any depth), naming both lines.
   static LaunchConfig load_yaml(const std::string& path);
   // Writes the YAML atomically (temporary file in the same directory, then rename), creating
   // the directory when needed.

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -207,9 +208,26 @@ TEST(Faults, FullDiskDuringSaveStateIsReportedAndKeepsThePreviousCheckpoint) {
   EXPECT_TRUE(contains(o.out, "ERROR: ")) << o.out;
   EXPECT_TRUE(contains(o.out, "custom_checkpoint.safetensors")) << o.out;  // index 0 has no suffix
   EXPECT_TRUE(contains(o.out, "File too large") || contains(o.out, "No space")) << o.out;
+  // Nothing of the failed save is left next to the checkpoint it kept.
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"ckpt", "full.log"}));
+  EXPECT_FALSE(std::filesystem::exists(dir.file(".ckpt.tmp")));
   const Outcome load = run({worker(), "load", ckpt}, dir.file("load.log"));
   EXPECT_EQ(load.status, 0) << load.out;
   EXPECT_TRUE(contains(load.out, "LOADED 1")) << load.out;
+
+  // A first save that fails leaves nothing at all (64 KiB again; SIGXFSZ ignored across exec).
+  testing::TempDir fresh("faults_disk_full_first");
+  const Outcome first = run({"/bin/bash", "-c", "trap '' XFSZ; ulimit -f 64; exec \"$0\" save_loop \"$1\"", worker(),
+                             fresh.file("ckpt")},
+                            fresh.file("full.log"));
+  EXPECT_EQ(first.status, 3) << first.out;
+  EXPECT_FALSE(contains(first.out, "SAVED")) << first.out;
+  EXPECT_TRUE(contains(first.out, "custom_checkpoint.safetensors")) << first.out;
+  EXPECT_FALSE(std::filesystem::exists(fresh.file("ckpt")));
+  EXPECT_FALSE(std::filesystem::exists(fresh.file(".ckpt.tmp")));
 }
 
 // ---- non-finite losses

@@ -1,5 +1,6 @@
 // The `ember` command run as a real process: `ember launch` on tests/programs/launch_target with
-// 1, 2 and 4 ranks (environment, prefixed output, failures, signals, config files), and
+// 1, 2 and 4 ranks (environment, prefixed output, failures, signals, config files), requests
+// beyond the machine's process and open-file limits, 48 ranks stopping at once, and
 // `ember config`, `ember env` and the usage texts. Every process runs under a deadline.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -476,6 +478,106 @@ TEST_F(LaunchTest, SignalsToTheLauncherStopTheRanks) {
   }
 }
 
+// --- what the machine can hold ---------------------------------------------------------
+
+// Runs `ember ARGS...` after `limits` (bash ulimit commands), as `user_prefix` says.
+Result ember_under_limits(const std::vector<std::string>& user_prefix, const std::string& limits,
+                          const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  std::vector<std::string> argv = user_prefix;
+  argv.insert(argv.end(), {"/bin/bash", "-c", limits + " && exec \"$0\" \"$@\"", ember_cli()});
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child child(argv, env);
+  return child.wait();
+}
+
+TEST_F(LaunchTest, RequestsBeyondTheMachineFailAtOnceAndStartNoRank) {
+  Result r = launch({"--num_processes", "100000"}, {"--echo", "started"});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_LT(r.seconds, 5.0) << describe(r);
+  EXPECT_FALSE(contains(r.out, "[rank")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "num_processes 100000 (100000 ranks on this machine)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "lower num_processes")) << r.err;
+
+  // Over many machines only this machine's share has to fit.
+  r = launch({"--num_processes", "100000", "--num_machines", "50000", "--machine_rank", "7"}, {"--print-env"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(rank_envs(r.out).size(), 2u) << r.out;
+
+  // Numbers that are no number of processes.
+  for (const char* bad : {"0", "-4"}) {
+    r = launch({"--num_processes", bad}, {});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_TRUE(contains(r.err, "--num_processes: expected a positive integer, got " + std::string(bad))) << r.err;
+  }
+  r = launch({"--num_processes", "99999999999"}, {});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--num_processes: 99999999999 is out of range")) << r.err;
+}
+
+TEST_F(LaunchTest, TheOpenFileLimitIsCheckedBeforeForking) {
+  // Two pipe ends per rank: 40 ranks do not fit in 64 descriptors.
+  const std::vector<std::string> args = {"launch", "--num_processes", "40", target_program(), "--echo", "started"};
+  Result r = ember_under_limits({}, "ulimit -n 64", args, base_env());
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_LT(r.seconds, 5.0) << describe(r);
+  EXPECT_FALSE(contains(r.out, "[rank")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "num_processes 40 (40 ranks on this machine) cannot start")) << r.err;
+  EXPECT_TRUE(contains(r.err, "open-file limit (ulimit -n, RLIMIT_NOFILE) is 64")) << r.err;
+  EXPECT_TRUE(contains(r.err, "the hard limit is 64, so raise that first")) << r.err;
+
+  // The count it names is exact: that many ranks start and finish under the same limit.
+  std::smatch m;
+  static const std::regex most(R"(so that at most (\d+) ranks? run on this machine)");
+  ASSERT_TRUE(std::regex_search(r.err, m, most)) << r.err;
+  const int fitting = std::stoi(m[1]);
+  ASSERT_GT(fitting, 1) << r.err;
+  ASSERT_LT(fitting, 40) << r.err;
+  r = ember_under_limits({}, "ulimit -n 64",
+                         {"launch", "--num_processes", std::to_string(fitting), target_program(), "--echo", "started"},
+                         base_env());
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(int(split_lines(r.out).size()), fitting) << r.out;
+  r = ember_under_limits({}, "ulimit -n 64",
+                         {"launch", "--num_processes", std::to_string(fitting + 1), target_program()}, base_env());
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "open-file limit")) << r.err;
+}
+
+TEST_F(LaunchTest, TheProcessLimitIsCheckedBeforeForking) {
+  // The kernel does not hold root to RLIMIT_NPROC, and neither does the launcher: as root, the
+  // launcher runs as the unprivileged user nobody.
+  std::vector<std::string> as_user;
+  if (::getuid() == 0) as_user = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  const Result r = ember_under_limits(
+      as_user, "ulimit -u 4", {"launch", "--num_processes", "8", target_program(), "--echo", "started"}, base_env());
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_LT(r.seconds, 5.0) << describe(r);
+  EXPECT_FALSE(contains(r.out, "[rank")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "num_processes 8 (8 ranks on this machine) cannot start")) << r.err;
+  EXPECT_TRUE(contains(r.err, "process limit (ulimit -u, RLIMIT_NPROC) is 4")) << r.err;
+  EXPECT_TRUE(contains(r.err, "ulimit -u N")) << r.err;
+}
+
+TEST_F(LaunchTest, ManyRanksStopQuicklyWhenOneFails) {
+  // The last rank started fails at once; the 47 others sleep until stopped.
+  Result r = launch({"--num_processes", "48"}, {"--rank", "47", "--exit", "4", "--rank", "all", "--sleep", "120"});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 4) << describe(r);
+  EXPECT_LT(r.seconds, 20.0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "rank 47 exited with status 4; stopping the other ranks")) << r.err;
+
+  // The first fails while the others are still being started: no more are started.
+  r = launch({"--num_processes", "48"}, {"--rank", "0", "--exit", "4", "--rank", "all", "--pid", "--sleep", "120"});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 4) << describe(r);
+  EXPECT_LT(r.seconds, 20.0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "rank 0 exited with status 4; stopping the other ranks")) << r.err;
+  static const std::regex pid_line(R"(\[rank \d+\] PID (\d+))");
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), pid_line), end; it != end; ++it)
+    EXPECT_TRUE(process_gone(std::stoi((*it)[1]))) << "rank process " << (*it)[1] << " survived";
+}
+
 // --- config files -----------------------------------------------------------------------
 
 TEST_F(LaunchTest, ConfigFileValuesAreUsedAndFlagsOverrideThem) {
@@ -531,6 +633,14 @@ TEST_F(LaunchTest, BadConfigFilesAreReported) {
   r = launch({"--config_file", dir_.file("absent.yaml")}, {});
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.err, "absent.yaml")) << r.err;
+
+  // A key written twice would otherwise launch with whichever value came last.
+  std::ofstream(path) << "num_processes: 4\nuse_cpu: true\nnum_processes: 2\n";
+  r = launch({"--config_file", path}, {"--echo", "started"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_FALSE(contains(r.out, "[rank")) << describe(r);
+  EXPECT_TRUE(contains(r.err, path)) << r.err;
+  EXPECT_TRUE(contains(r.err, "key 'num_processes' appears twice, on line 1 and on line 3")) << r.err;
 }
 
 TEST_F(LaunchTest, ConfigCommandWritesFromFlags) {

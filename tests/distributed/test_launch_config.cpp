@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -229,6 +230,45 @@ TEST(LaunchConfig, UnknownKeysListTheKnownOnes) {
                                          "machine_rank", "main_process_ip", "main_process_port", "mixed_precision",
                                          "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu",
                                          "distributed_type"});
+}
+
+TEST(LaunchConfig, DuplicateKeysAreRefusedNamingBothLines) {
+  // The later value would otherwise win silently, even when the two agree.
+  expect_load_error("num_processes: 8\nmixed_precision: bf16\nnum_processes: 2\n",
+                    {"key 'num_processes' appears twice", "line 1", "line 3"});
+  expect_load_error("num_processes: 2\nnum_processes: 2\n", {"key 'num_processes' appears twice", "line 1", "line 2"});
+  // Quoting does not make it another key; a flow mapping is a mapping too.
+  expect_load_error("use_cpu: true\n\n'use_cpu': false\n", {"key 'use_cpu'", "line 1", "line 3"});
+  expect_load_error("{num_machines: 1, num_machines: 2}\n", {"key 'num_machines' appears twice", "line 1"});
+  // An alias of a key is that key.
+  expect_load_error("&k num_processes: 2\n*k : 4\n", {"key 'num_processes' appears twice", "line 1", "line 2"});
+  // At every depth, named by its path; the duplicate is found before the unknown section.
+  expect_load_error("num_processes: 2\n"
+                    "fsdp_config:\n"
+                    "  fsdp_sharding_strategy: 1\n"
+                    "  fsdp_offload_params: false\n"
+                    "  fsdp_sharding_strategy: 2\n",
+                    {"key 'fsdp_config.fsdp_sharding_strategy' appears twice", "line 3", "line 5"});
+  expect_load_error("plugins:\n  - name: a\n    options: {x: 1, y: 2, x: 3}\n",
+                    {"key 'plugins[0].options.x' appears twice", "line 3"});
+  expect_load_error("outer:\n  - a: 1\n  - b: 1\n    b: 2\n", {"key 'outer[1].b' appears twice", "line 3", "line 4"});
+
+  // The same name in two different mappings is no duplicate: the file fails for its unknown key.
+  TempDir dir("ember_launch_config");
+  write_file(dir.file("sections.yaml"), "first:\n  x: 1\nsecond:\n  x: 1\n");
+  try {
+    LaunchConfig::load_yaml(dir.file("sections.yaml"));
+    ADD_FAILURE() << "expected ember::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'first'"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+  }
+  // What `ember config` writes has no duplicates, and keeps loading.
+  LaunchConfig c;
+  c.num_processes = 4;
+  c.main_process_ip = "10.0.0.1";
+  c.save_yaml(dir.file("written.yaml"));
+  expect_same(LaunchConfig::load_yaml(dir.file("written.yaml")), c);
 }
 
 TEST(LaunchConfig, StatedDistributedTypeMustAgree) {

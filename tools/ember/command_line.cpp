@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <limits>
 #include <sstream>
 
 namespace ember::cli {
@@ -96,6 +97,9 @@ int parse_int(const std::string& text, const std::string& what) {
   const char* begin = text.data();
   const char* end = begin + text.size();
   const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (!text.empty() && ec == std::errc::result_out_of_range && ptr == end)
+    throw UsageError(what + ": " + text + " is out of range (" + std::to_string(std::numeric_limits<int>::min()) +
+                     " .. " + std::to_string(std::numeric_limits<int>::max()) + ")");
   if (text.empty() || ec != std::errc() || ptr != end)
     throw UsageError(what + ": expected an integer, got '" + text + "'");
   return value;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "command_line.h"
 #include "core/error.h"
 #include "distributed/launch_config.h"
+#include "launch_limits.h"
 #include "rank_supervisor.h"
 #include "subcommands.h"
 
@@ -134,6 +136,15 @@ std::string launch_usage() {
          "behind its prefix; elsewhere only the final state of a redrawn line is written.\n"
          "A user's own EMBER_PROGRESS (off, lines, bar) is passed on unchanged.\n"
          "\n"
+         "Before any rank starts, the request must fit this machine: at most " +
+         std::to_string(kMaxRanksPerCpu) +
+         " ranks per CPU it may use, no more\n"
+         "ranks than processes can still be created (ulimit -u, the control group's pids.max,\n"
+         "kernel.threads-max, kernel.pid_max), and " +
+         std::to_string(kDescriptorsPerRank) +
+         " file descriptors per rank within the open-file limit (ulimit -n).\n"
+         "A rank that cannot be started stops the ones already running.\n"
+         "\n"
          "options:\n" +
          describe_config_flags() +
          "  --config_file F                           config file (default: " +
@@ -167,6 +178,7 @@ int launch_command(const std::vector<std::string>& args) {
   options.program = resolve_program(request.program_and_args.front());
   options.argv = request.program_and_args;
 
+  check_launch_limits(config);
   std::vector<RankProcess> ranks;
   const int local = config.local_processes();
   for (int local_rank = 0; local_rank < local; ++local_rank)

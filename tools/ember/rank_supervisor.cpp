@@ -9,10 +9,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ember::cli {
@@ -199,10 +201,17 @@ class Supervisor {
     install_signal_handlers();
     for (const RankProcess& spec : specs_) {
       if (!start(spec)) {
+        if (!ranks_.empty())
+          note("stopping the " + std::to_string(ranks_.size()) + " rank" + (ranks_.size() == 1 ? "" : "s") +
+               " already started");
         stop_all(SIGTERM);
         exit_status_ = exec_error_ == ENOENT ? 127 : 126;
         break;
       }
+      // Ctrl-C, or a rank that failed already, while many ranks are still to start.
+      handle_launcher_signals();
+      reap();
+      if (stopping_) break;
     }
     loop();
     restore_signal_handlers();
@@ -297,6 +306,8 @@ class Supervisor {
       return false;
     }
 
+    index_of_pid_[pid] = ranks_.size();
+    ++running_;
     Rank& r = ranks_.emplace_back();
     r.rank = spec.rank;
     r.pid = pid;
@@ -318,13 +329,20 @@ class Supervisor {
     }
   }
 
+  // Collects every rank that has exited. The launcher's only children are its ranks, so each
+  // wake-up costs the ranks that exited, not all of them (thousands of ranks stop in seconds).
   void reap() {
-    for (Rank& r : ranks_) {
-      if (!r.running) continue;
+    for (;;) {
       int status = 0;
-      const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-      if (got != r.pid) continue;
+      const pid_t got = ::waitpid(-1, &status, WNOHANG);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return;
+      const auto found = index_of_pid_.find(got);
+      if (found == index_of_pid_.end()) continue;
+      Rank& r = ranks_[found->second];
+      index_of_pid_.erase(found);
       r.running = false;
+      --running_;
       // Its last words come before anything said about it.
       r.out.read_available();
       r.err.read_available();
@@ -336,6 +354,13 @@ class Supervisor {
            "; stopping the other ranks");
       stop_all(SIGTERM);
     }
+  }
+
+  void handle_launcher_signals() {
+    unsigned char signals[64];
+    ssize_t n;
+    while ((n = ::read(g_signal_pipe[0], signals, sizeof(signals))) > 0)
+      for (ssize_t i = 0; i < n; ++i) on_launcher_signal(signals[i]);
   }
 
   void on_launcher_signal(int sig) {
@@ -352,11 +377,7 @@ class Supervisor {
     stop_all(sig);
   }
 
-  bool any_running() const {
-    for (const Rank& r : ranks_)
-      if (r.running) return true;
-    return false;
-  }
+  bool any_running() const { return running_ > 0; }
 
   void loop() {
     std::optional<Clock::time_point> drain_deadline;
@@ -394,11 +415,7 @@ class Supervisor {
         note(std::string("poll failed: ") + std::strerror(errno));
         stop_all(SIGKILL);
       }
-      if (fds[0].revents & POLLIN) {
-        unsigned char signals[64];
-        const ssize_t n = ::read(g_signal_pipe[0], signals, sizeof(signals));
-        for (ssize_t i = 0; i < n; ++i) on_launcher_signal(signals[i]);
-      }
+      if (fds[0].revents & POLLIN) handle_launcher_signals();
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents) pipes[i - 1]->read_available();
     }
@@ -411,6 +428,8 @@ class Supervisor {
   const SupervisorOptions& options_;
   const std::vector<RankProcess>& specs_;
   std::vector<Rank> ranks_;
+  std::unordered_map<pid_t, size_t> index_of_pid_;  // of the running ranks
+  size_t running_ = 0;
   struct sigaction saved_actions_[NSIG] {};
   sigset_t saved_mask_{};
   bool stopping_ = false;

@@ -29,7 +29,18 @@ struct SupervisorOptions {
   std::chrono::milliseconds grace{std::chrono::seconds(5)};
 };
 
-// Runs the ranks to completion and returns the launcher's exit status.
+// Runs the ranks to completion and returns the launcher's exit status. Should one fail to start
+// (a pipe or fork refused, the program not executable), or a signal or a failing rank stop the
+// job while ranks are still being started, no further rank is started and those running are
+// stopped as above.
 int supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks);
+
+// The read ends of a running rank's stdout and stderr pipes, held by the launcher.
+inline constexpr int kDescriptorsPerRank = 2;
+
+// File descriptors supervise_ranks opens for `ranks` ranks at most, on top of those already
+// open: its signal pipe, kDescriptorsPerRank per rank and, while the last rank starts, the write
+// ends of its pipes, its exec-status pipe and the /dev/null its child opens for stdin.
+constexpr long long supervisor_descriptors(long long ranks) { return 2 + kDescriptorsPerRank * ranks + 4 + 1; }
 
 }  // namespace ember::cli
