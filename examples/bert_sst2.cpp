@@ -2,12 +2,19 @@
 // save it in the Hugging Face format, fine-tune it on SST-2 and report dev accuracy per epoch.
 //
 //   bert_sst2 [--stage all|pretrain|finetune] [--pretrain-steps N] [--epochs N] [--threads T] ...
-// Progress goes to stderr; metrics are appended to <out>/metrics.jsonl.
+// Progress goes to stderr. The run is logged with the experiment trackers the Accelerator uses,
+// into <out>: config.json (the options), metrics.jsonl (appended to: a later run, say
+// --stage finetune, continues it), TensorBoard events and, at the end, report.html, the page
+// `ember plot <out>` draws. Each stage has its own metric names and counts its own steps:
+//   pretrain/loss, pretrain/loss_ema, pretrain/lr, pretrain/tokens_per_s   at pretraining steps
+//   finetune/loss, finetune/loss_ema, finetune/lr                           at fine-tuning steps
+//   finetune/dev_accuracy                       at the fine-tuning step that ends each epoch
+// so every chart is one stage's curve, and the dev accuracy lines up with the loss it follows.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <string>
 
 #include "core/progress.h"
@@ -15,6 +22,9 @@
 #include "data/length_grouped_sampler.h"
 #include "data/mlm_collator.h"
 #include "data/text_datasets.h"
+#include "distributed/plot/html_report.h"
+#include "distributed/plot/run_metrics.h"
+#include "distributed/tracking/tracker_group.h"
 #include "ember/ember.h"
 #include "nn/models/bert.h"
 #include "nn/models/pretrained.h"
@@ -23,6 +33,8 @@
 #include "optim/sgd_adam.h"
 
 using namespace ember;
+using distributed::tracking::TrackerConfig;
+using distributed::tracking::TrackerGroup;
 
 namespace {
 
@@ -44,9 +56,11 @@ struct Args {
   double lr = 2e-4;
   int64_t eval_batch = 128;
   int64_t train_limit = -1;  // use only the first N training phrases (quick checks)
+  int64_t eval_limit = -1;   // evaluate on the first N dev sentences only (quick checks)
   int num_workers = 1;
   bool group_by_length = true;  // batches of similar-length phrases: far less padding
   std::string mixed_precision = "no";  // "bf16": forward passes and losses under bf16 autocast
+  int64_t log_every = 50;  // training-loss rows every N steps, and at the end of each epoch/stage
 };
 
 Args parse(int argc, char** argv) {
@@ -72,14 +86,25 @@ Args parse(int argc, char** argv) {
     else if (k == "--lr") a.lr = std::stod(val());
     else if (k == "--workers") a.num_workers = std::stoi(val());
     else if (k == "--train-limit") a.train_limit = std::stoll(val());
+    else if (k == "--eval-limit") a.eval_limit = std::stoll(val());
     else if (k == "--group-by-length") a.group_by_length = std::stoi(val()) != 0;
     else if (k == "--mixed-precision") a.mixed_precision = val();
+    else if (k == "--log-every") a.log_every = std::stoll(val());
     else if (k == "--help" || k == "-h") {
       std::printf(
           "usage: bert_sst2 [--stage all|pretrain|finetune] [--data-dir D] [--out DIR] [--threads T] [--seed S]\n"
           "                 [--pretrain-steps N] [--pretrain-batch B] [--seq-len L] [--pretrain-lr X]\n"
           "                 [--epochs N] [--batch B] [--max-len L] [--lr X] [--workers W] [--train-limit N]\n"
-          "                 [--group-by-length 0|1] [--mixed-precision no|bf16]\n");
+          "                 [--eval-limit N] [--group-by-length 0|1] [--mixed-precision no|bf16] [--log-every N]\n"
+          "\n"
+          "Pretrains a BERT-mini with masked-LM (--pretrain-steps steps; 0 skips it), then fine-tunes it\n"
+          "on SST-2 (--epochs epochs over the first --train-limit phrases, all by default) and reports\n"
+          "the dev accuracy after each epoch (on the first --eval-limit dev sentences, all by\n"
+          "default; the limits are for quick checks). The run is logged in --out (default runs/bert_sst2):\n"
+          "config.json, metrics.jsonl (appended to), TensorBoard events and report.html; draw it\n"
+          "again with `ember plot <out>`. The training loss is logged every --log-every steps\n"
+          "(default 50) and at the end of each epoch; metric names start with the stage\n"
+          "(pretrain/loss, finetune/loss, finetune/dev_accuracy), and each stage counts its own steps.\n");
       std::exit(0);
     } else {
       EMBER_FAIL("bert_sst2: unknown option ", k, " (see --help)");
@@ -89,24 +114,46 @@ Args parse(int argc, char** argv) {
               "bert_sst2: --stage must be all, pretrain or finetune, got ", a.stage);
   EMBER_CHECK(a.mixed_precision == "no" || a.mixed_precision == "bf16",
               "bert_sst2: --mixed-precision must be no or bf16, got ", a.mixed_precision);
+  EMBER_CHECK(a.log_every >= 1, "bert_sst2: --log-every must be at least 1, got ", a.log_every);
   return a;
 }
 
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) : out_(path, std::ios::app) {
-    EMBER_CHECK(out_.good(), "bert_sst2: cannot open ", path, " for appending");
-  }
-  void write(const std::string& stage, const std::map<std::string, double>& values) {
-    out_ << "{\"stage\": \"" << stage << "\"";
-    for (const auto& [k, v] : values) out_ << ", \"" << k << "\": " << v;
-    out_ << "}\n";
-    out_.flush();
-  }
+// The run's config.json: every option as given, and the number of threads used.
+TrackerConfig run_config(const Args& a) {
+  return {{"stage", a.stage},
+          {"data_dir", a.data_dir},
+          {"out", a.out},
+          {"threads", get_num_threads()},
+          {"seed", a.seed},
+          {"pretrain_steps", a.pretrain_steps},
+          {"pretrain_batch", a.pretrain_batch},
+          {"seq_len", a.seq_len},
+          {"pretrain_lr", a.pretrain_lr},
+          {"epochs", a.epochs},
+          {"batch", a.batch},
+          {"max_len", a.max_len},
+          {"lr", a.lr},
+          {"eval_batch", a.eval_batch},
+          {"train_limit", a.train_limit},
+          {"eval_limit", a.eval_limit},
+          {"workers", a.num_workers},
+          {"group_by_length", a.group_by_length},
+          {"mixed_precision", a.mixed_precision},
+          {"log_every", a.log_every}};
+}
 
- private:
-  std::ofstream out_;
-};
+// Rows appended to a metrics.jsonl that `ember plot` cannot read (one written by an older
+// bert_sst2 in its own format, say) would make a run that cannot be plotted: refuse it before
+// training rather than after.
+void check_appendable(const std::string& out) {
+  if (!plot::is_run_dir(out)) return;
+  try {
+    plot::read_run(out);
+  } catch (const Error& e) {
+    EMBER_FAIL("bert_sst2: cannot append to ", out, "/metrics.jsonl (", e.what(),
+               "); move it away or choose another --out");
+  }
+}
 
 // The autocast scope of one forward pass: bf16 products with f32 weights, or nothing.
 AutocastGuard forward_precision(const Args& a) {
@@ -122,7 +169,7 @@ std::vector<std::string> corpus_files(const std::string& dir) {
   return files;
 }
 
-void pretrain(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log) {
+void pretrain(const Args& a, const data::WordPieceTokenizer& tok, TrackerGroup& log) {
   auto corpus = std::make_shared<data::PackedTextDataset>(tok, corpus_files(a.data_dir), a.seq_len);
   std::printf("pretrain: %lld sequences of %lld tokens (%lld tokens)\n", (long long)corpus->size(),
               (long long)a.seq_len, (long long)corpus->num_tokens());
@@ -162,9 +209,10 @@ void pretrain(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& lo
       char post[128];
       std::snprintf(post, sizeof post, "loss %.3f | %.0f tok/s", ema, double(tokens) / bar.elapsed_seconds());
       bar.update(step, post);
-      if (step % 50 == 0 || step == a.pretrain_steps)
-        log.write("pretrain", {{"step", double(step)}, {"loss", loss}, {"loss_ema", ema},
-                               {"lr", sched->get_last_lr()[0]}, {"tokens_per_s", double(tokens) / bar.elapsed_seconds()}});
+      if (step % a.log_every == 0 || step == a.pretrain_steps)
+        log.log({{"pretrain/loss", loss}, {"pretrain/loss_ema", ema}, {"pretrain/lr", sched->get_last_lr()[0]},
+                 {"pretrain/tokens_per_s", double(tokens) / bar.elapsed_seconds()}},
+                step);
       if (step >= a.pretrain_steps) break;
     }
   }
@@ -193,13 +241,17 @@ double evaluate(const Args& a, nn::BertForSequenceClassification& model, data::D
   return total ? double(correct) / double(total) : 0.0;
 }
 
-double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& log, bool use_checkpoint) {
+double finetune(const Args& a, const data::WordPieceTokenizer& tok, TrackerGroup& log, bool use_checkpoint) {
   auto train_texts = data::read_labeled_tsv(a.data_dir + "/sst2/train.tsv.gz");
   if (a.train_limit >= 0 && a.train_limit < train_texts.size()) {
     train_texts.texts.resize(size_t(a.train_limit));
     train_texts.labels.resize(size_t(a.train_limit));
   }
   auto dev_texts = data::read_labeled_tsv(a.data_dir + "/sst2/dev.tsv.gz");
+  if (a.eval_limit >= 0 && a.eval_limit < dev_texts.size()) {
+    dev_texts.texts.resize(size_t(a.eval_limit));
+    dev_texts.labels.resize(size_t(a.eval_limit));
+  }
   auto train = std::make_shared<data::TextClassificationDataset>(tok, train_texts, a.max_len);
   auto dev = std::make_shared<data::TextClassificationDataset>(tok, dev_texts, 128);
   std::printf("finetune: %lld training phrases, %lld dev sentences\n", (long long)train->size(), (long long)dev->size());
@@ -251,14 +303,15 @@ double finetune(const Args& a, const data::WordPieceTokenizer& tok, MetricsLog& 
       char post[128];
       std::snprintf(post, sizeof post, "loss %.3f | %.0f ex/s", ema, double(examples) / bar.elapsed_seconds());
       bar.update(local, post);
-      if (step % 100 == 0) log.write("finetune", {{"step", double(step)}, {"loss", loss}, {"lr", sched->get_last_lr()[0]}});
+      if (step % a.log_every == 0 || local == train_loader.size())
+        log.log({{"finetune/loss", loss}, {"finetune/loss_ema", ema}, {"finetune/lr", sched->get_last_lr()[0]}}, step);
     }
     bar.finish();
     const double acc = evaluate(a, *model, dev_loader);
     best = std::max(best, acc);
     std::printf("epoch %lld: train loss (EMA) %.4f, SST-2 dev accuracy %.2f%%\n", (long long)(epoch + 1), ema, acc * 100);
     std::fflush(stdout);
-    log.write("eval", {{"epoch", double(epoch + 1)}, {"dev_accuracy", acc}, {"train_loss_ema", ema}});
+    log.log({{"finetune/dev_accuracy", acc}}, step);
   }
   return best;
 }
@@ -270,8 +323,9 @@ int main(int argc, char** argv) {
     const Args a = parse(argc, argv);
     if (a.threads > 0) set_num_threads(a.threads);
     manual_seed(a.seed);
-    std::filesystem::create_directories(a.out);
-    MetricsLog log(a.out + "/metrics.jsonl");
+    check_appendable(a.out);
+    TrackerGroup log({"jsonl", "tensorboard"});
+    log.start_in(a.out, run_config(a));
     auto tok = data::WordPieceTokenizer::from_file(a.data_dir + "/vocab/bert-base-uncased-vocab.txt.gz");
     const auto t0 = std::chrono::steady_clock::now();
     if ((a.stage == "all" && a.pretrain_steps > 0) || a.stage == "pretrain") pretrain(a, tok, log);
@@ -282,6 +336,11 @@ int main(int argc, char** argv) {
     if (a.stage == "finetune") acc = finetune(a, tok, log, true);
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
     if (acc >= 0) std::printf("final: SST-2 dev accuracy %.2f%% (best epoch), wall time %.1f min\n", acc * 100, minutes);
+    // The curves of everything metrics.jsonl holds (earlier stages' runs included), as
+    // `ember plot <out>` draws them.
+    const bool logged = log.log_calls() > 0;
+    log.finish();
+    if (logged) plot::write_html_report({a.out}, a.out + "/report.html");
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

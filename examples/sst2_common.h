@@ -3,6 +3,7 @@
 // training loop, so that they differ in the Accelerator lines alone.
 #pragma once
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 

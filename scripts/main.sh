@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 
-MAIN_TARGET=bert_sst2
+MAIN_TARGETS=(bert_sst2 ember_cli)  # the job, and `ember plot` to draw its run
 MAIN_BINARY=build/examples/bert_sst2
 
 bash scripts/install_deps.sh
@@ -27,6 +27,6 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
 # Same options as scripts/test.sh, so switching between the two never reconfigures.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_EXAMPLES=ON
-cmake --build build -j"$(nproc)" --target "$MAIN_TARGET"
+cmake --build build -j"$(nproc)" --target "${MAIN_TARGETS[@]}"
 
 exec "./$MAIN_BINARY" "$@"

@@ -3,7 +3,7 @@
 // keys "step", "wall_time", then the values in the order given. Doubles are written in their
 // shortest round-trip form, NaN and infinities as null. The file is opened for appending (a
 // resumed run continues it) and flushed after every line, so a killed run loses at most the
-// line being written.
+// line being written; the next run drops that cut-off line before appending.
 #pragma once
 #include <cstdio>
 #include <string>

@@ -71,9 +71,13 @@ TrackerGroup::~TrackerGroup() = default;
 
 void TrackerGroup::start(const std::string& project_dir, const std::string& project_name, const TrackerConfig& config,
                          bool write) {
-  EMBER_CHECK(!active_, "init_trackers: the run '", run_dir_, "' is still active; call end_training() first");
   EMBER_CHECK(!project_name.empty(), "init_trackers: the project name is empty");
-  const std::string run_dir = (fs::path(project_dir) / project_name).string();
+  start_in((fs::path(project_dir) / project_name).string(), config, write);
+}
+
+void TrackerGroup::start_in(const std::string& run_dir, const TrackerConfig& config, bool write) {
+  EMBER_CHECK(!active_, "init_trackers: the run '", run_dir_, "' is still active; call end_training() first");
+  EMBER_CHECK(!run_dir.empty(), "init_trackers: the run directory is empty");
   std::vector<std::unique_ptr<Tracker>> trackers;
   if (write && !names_.empty()) {
     std::error_code ec;

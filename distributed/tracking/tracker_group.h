@@ -5,6 +5,11 @@
 //   <project_dir>/<project_name>/config.json    the hyperparameters, one flat JSON object
 //   <project_dir>/<project_name>/metrics.jsonl  "jsonl"
 //   <project_dir>/<project_name>/events.out.tfevents.*  "tensorboard"
+// A one-process program without an Accelerator uses it directly, with the same files:
+//   TrackerGroup trackers({"jsonl", "tensorboard"});
+//   trackers.start_in("runs/my_run", {{"lr", 1e-3}});
+//   trackers.log({{"loss", loss}}, step);
+//   trackers.finish();
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,6 +38,9 @@ class TrackerGroup {
   // Starts the run `project_name` under `project_dir`. Raises when a run is active already.
   void start(const std::string& project_dir, const std::string& project_name, const TrackerConfig& config,
              bool write);
+  // Starts a run that writes straight into `run_dir` (created when missing); start() is this
+  // with <project_dir>/<project_name>. Raises when a run is active already.
+  void start_in(const std::string& run_dir, const TrackerConfig& config, bool write = true);
   // One row at `step`, or without one at the number of earlier log() calls of this run. Raises
   // before start(), and for names that are empty, repeated or reserved ("step", "wall_time").
   void log(const LogValues& values, std::optional<int64_t> step);
