@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -136,7 +137,7 @@ int train(const Args& a) {
   auto [m, o, train, s] = acc.prepare(model, optimizer, train_loader, scheduler);
   auto step = std::make_shared<StepCounter>();
   acc.register_for_checkpointing(step);
-  if (a.resume) acc.print("resumed from ", acc.load_state(), " at step ", step->value);
+  if (a.resume) acc.print("resumed from", acc.load_state(), "at step", step->value);
 
   std::ofstream rss;
   if (!a.rss_log.empty()) {
@@ -171,7 +172,7 @@ int train(const Args& a) {
   }
   if (acc.is_main_process()) bar.finish();
   acc.save_model(*m, a.project_dir + "/final");
-  acc.print("SOAK DONE ", step->value);
+  acc.print("SOAK DONE", step->value);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "data/collate.h"
 
+#include <algorithm>
+
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"

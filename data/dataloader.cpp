@@ -1,5 +1,7 @@
 #include "data/dataloader.h"
 
+#include <algorithm>
+
 #include "core/device_api.h"
 #include "core/grad_mode.h"
 

@@ -17,6 +17,10 @@
 
 namespace ember::data {
 
+// Options are designated initialisers, and C++ wants them in declaration order
+// (`{.pin_memory = true, .num_workers = 4}` does not compile; `{.num_workers = 4, .pin_memory =
+// true}` does). The order: batch_size, shuffle, drop_last, num_workers, prefetch_factor,
+// pin_memory, seed, collate.
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
@@ -26,7 +30,10 @@ struct DataLoaderOptions {
   // Batches in page-locked memory, so that batch.to(gpu, true) overlaps with compute. Needs a
   // CUDA device; without one it has no effect, as in PyTorch.
   bool pin_memory = false;
-  uint64_t seed = 0;        // shuffle seed (the permutation also depends on the epoch)
+  // Shuffle seed (the permutation also depends on the epoch). Unset: drawn from Ember's
+  // generator when the loader is built, so manual_seed / Accelerator::set_seed before it decide
+  // the order, as torch.manual_seed does; a seed given here wins. sampler().seed() tells which.
+  std::optional<uint64_t> seed = std::nullopt;
   CollateFn collate = nullptr;  // default: stack_collate
 };
 

@@ -6,11 +6,19 @@
 
 namespace ember::data {
 
-LengthGroupedSampler::LengthGroupedSampler(std::vector<int64_t> lengths, int64_t batch_size, uint64_t seed,
-                                           int64_t group_batches)
-    : lengths_(std::move(lengths)), batch_size_(batch_size), seed_(seed), group_batches_(group_batches) {
+LengthGroupedSampler::LengthGroupedSampler(std::vector<int64_t> lengths, int64_t batch_size,
+                                           std::optional<uint64_t> seed, int64_t group_batches)
+    : lengths_(std::move(lengths)), batch_size_(batch_size), seed_(0), drawn_(!seed), group_batches_(group_batches) {
   EMBER_CHECK(batch_size_ >= 1, "LengthGroupedSampler: batch_size must be at least 1, got ", batch_size_);
   EMBER_CHECK(group_batches_ >= 1, "LengthGroupedSampler: group_batches must be at least 1, got ", group_batches_);
+  // Drawn after the checks: a refused sampler leaves the generator as it was.
+  seed_ = seed ? *seed : draw_seed();
+}
+
+std::shared_ptr<const Sampler> LengthGroupedSampler::with_seed(uint64_t seed) const {
+  auto copy = std::make_shared<LengthGroupedSampler>(*this);
+  copy->seed_ = seed;
+  return copy;
 }
 
 std::vector<int64_t> LengthGroupedSampler::indices(int64_t epoch) const {

@@ -9,8 +9,12 @@
 // example first): the epoch's largest batch runs at its first step, so running out of memory
 // shows at once, and a caching allocator reaches its high-water mark there instead of growing
 // whenever a longer batch happens to come.
+//
+// Without a seed, one is drawn from Ember's generator when the sampler is built (draw_seed), so
+// manual_seed / Accelerator::set_seed decide the order.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "data/sampler.h"
@@ -19,14 +23,19 @@ namespace ember::data {
 
 class LengthGroupedSampler : public Sampler {
  public:
-  LengthGroupedSampler(std::vector<int64_t> lengths, int64_t batch_size, uint64_t seed, int64_t group_batches = 50);
+  LengthGroupedSampler(std::vector<int64_t> lengths, int64_t batch_size, std::optional<uint64_t> seed = std::nullopt,
+                       int64_t group_batches = 50);
   std::vector<int64_t> indices(int64_t epoch) const override;
   int64_t size() const override { return int64_t(lengths_.size()); }
+  std::optional<uint64_t> seed() const override { return seed_; }
+  bool seed_was_drawn() const override { return drawn_; }
+  std::shared_ptr<const Sampler> with_seed(uint64_t seed) const override;
 
  private:
   std::vector<int64_t> lengths_;
   int64_t batch_size_;
   uint64_t seed_;
+  bool drawn_;
   int64_t group_batches_;
 };
 

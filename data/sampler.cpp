@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -26,7 +27,19 @@ std::vector<int64_t> SequentialSampler::indices(int64_t) const {
   return v;
 }
 
+uint64_t draw_seed() {
+  const GeneratorState st = default_generator().reserve(1);
+  const auto r = Philox::draw(st.seed, 0, st.offset);
+  return (uint64_t(r[0]) << 32) | r[1];
+}
+
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const { return seeded_permutation(n_, seed_, epoch); }
+
+std::shared_ptr<const Sampler> RandomSampler::with_seed(uint64_t seed) const {
+  auto copy = std::make_shared<RandomSampler>(*this);
+  copy->seed_ = seed;
+  return copy;
+}
 
 std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indices, int64_t batch_size,
                                                bool drop_last) {

@@ -1,5 +1,7 @@
 #include "data/shard.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ember::data {

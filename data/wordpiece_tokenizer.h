@@ -25,6 +25,7 @@
 // longer than max_length).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>

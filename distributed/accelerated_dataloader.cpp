@@ -1,5 +1,7 @@
 #include "distributed/accelerated_dataloader.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ember::distributed {
@@ -21,8 +23,20 @@ struct AcceleratedDataLoader::ActivePass {
 
 AcceleratedDataLoader::AcceleratedDataLoader(const data::DataLoader& base, data::ShardOptions shard,
                                              std::shared_ptr<GradientState> gradient_state, Device device)
-    : shard_(base, shard), gradient_state_(std::move(gradient_state)), device_(device), epoch_(base.epoch()) {
+    : dataset_(base.dataset_ptr()), base_options_(base.options()), shard_(base, shard),
+      gradient_state_(std::move(gradient_state)), device_(device), epoch_(base.epoch()) {
   EMBER_CHECK(gradient_state_ != nullptr, "AcceleratedDataLoader: needs a GradientState");
+}
+
+void AcceleratedDataLoader::use_seed(uint64_t seed) {
+  std::shared_ptr<const data::Sampler> sampler = shard_.sampler().with_seed(seed);
+  EMBER_CHECK(sampler != nullptr, "AcceleratedDataLoader: its sampler has no seed to replace");
+  data::DataLoaderOptions options = base_options_;
+  options.shuffle = false;  // the sampler decides the order
+  options.seed = seed;
+  data::DataLoader base(dataset_, std::move(sampler), std::move(options));
+  base.set_epoch(shard_.epoch());
+  shard_ = data::ShardedDataLoader(base, shard_.shard_options());
 }
 
 AcceleratedDataLoader::~AcceleratedDataLoader() = default;
@@ -40,13 +54,18 @@ void AcceleratedDataLoader::skip_first_batches(int64_t n) {
 }
 
 LoaderPosition AcceleratedDataLoader::state() const {
-  if (position_ >= size()) return {epoch_ + 1, 0};
-  return {epoch_, position_};
+  const data::Sampler& sampler = shard_.sampler();
+  const std::optional<uint64_t> seed = sampler.seed_was_drawn() ? sampler.seed() : std::nullopt;
+  if (position_ >= size()) return {epoch_ + 1, 0, seed};
+  return {epoch_, position_, seed};
 }
 
 void AcceleratedDataLoader::restore(const LoaderPosition& p) {
   EMBER_CHECK(p.epoch >= 0 && p.position >= 0, "AcceleratedDataLoader: cannot resume at epoch ", p.epoch,
               ", batch ", p.position);
+  // A drawn seed comes back with the position; a seed given in the options wins.
+  const data::Sampler& sampler = shard_.sampler();
+  if (p.seed && sampler.seed_was_drawn() && sampler.seed() != p.seed) use_seed(*p.seed);
   epoch_ = p.epoch;
   position_ = p.position;
   if (p.position > 0) {

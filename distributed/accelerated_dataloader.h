@@ -24,10 +24,13 @@
 
 namespace ember::distributed {
 
-// Where a loader stands: `position` batches of epoch `epoch` were handed out.
+// Where a loader stands: `position` batches of epoch `epoch` were handed out; `seed` is the
+// shuffle seed when it was drawn from the generator (restored with the position, so that a
+// resumed run continues the same order however the loader drew its seed this time).
 struct LoaderPosition {
   int64_t epoch = 0;
   int64_t position = 0;
+  std::optional<uint64_t> seed = std::nullopt;
 };
 
 class AcceleratedDataLoader {
@@ -52,6 +55,9 @@ class AcceleratedDataLoader {
   // Checkpointing: a position at the end of an epoch is stored as the start of the next one.
   LoaderPosition state() const;
   void restore(const LoaderPosition& p);
+  // Shuffles from `seed` from now on (the sampler's with_seed); an error for a sampler without
+  // a seed.
+  void use_seed(uint64_t seed);
 
   const data::ShardedDataLoader& shard() const { return shard_; }
   int64_t batch_size() const { return shard_.batch_size(); }
@@ -70,6 +76,9 @@ class AcceleratedDataLoader {
   void on_batch();
   void on_pass_end();
 
+  // What the shard was built from, to build it again with another seed.
+  std::shared_ptr<const data::Dataset> dataset_;
+  data::DataLoaderOptions base_options_;
   data::ShardedDataLoader shard_;
   std::shared_ptr<GradientState> gradient_state_;
   Device device_;

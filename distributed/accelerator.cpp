@@ -1,5 +1,6 @@
 #include "distributed/accelerator.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -170,8 +171,29 @@ std::shared_ptr<AcceleratedDataLoader> Accelerator::prepare_data_loader(const da
   shard.split_batches = options_.split_batches;
   shard.even_batches = options_.even_batches;
   auto wrapped = std::make_shared<AcceleratedDataLoader>(loader, shard, gradient_state_, device());
+  if (num_processes() > 1) agree_on_drawn_seed(*wrapped);
   dataloaders_.push_back(wrapped);
   return wrapped;
+}
+
+void Accelerator::agree_on_drawn_seed(AcceleratedDataLoader& loader) const {
+  // A seed drawn from the generator may differ between processes (set_seed with
+  // device_specific, or different random work before the loader was built); shards of
+  // different orders would overlap, so every process takes process 0's, as Accelerate
+  // synchronises the generators its samplers draw from.
+  const data::Sampler& sampler = loader.shard().sampler();
+  const std::optional<uint64_t> mine = sampler.seed_was_drawn() ? sampler.seed() : std::nullopt;
+  const std::vector<std::string> all = gather_object(mine ? std::to_string(*mine) : std::string());
+  // Compared with process 0's, so that every process raises the same error.
+  for (size_t r = 1; r < all.size(); ++r)
+    EMBER_CHECK(all[r].empty() == all[0].empty(), "prepare: data loader ", dataloaders_.size(),
+                all[0].empty() ? " has a seed given in its options (or does not shuffle) on process 0 but draws it"
+                                 " from the generator on process "
+                               : " draws its shuffle seed from the generator on process 0 but not on process ",
+                r, ": build the loader the same way on every process");
+  if (!mine) return;
+  const uint64_t seed = std::stoull(all[0]);
+  if (seed != *mine) loader.use_seed(seed);
 }
 
 std::shared_ptr<AcceleratedScheduler> Accelerator::prepare_scheduler(std::shared_ptr<optim::LRScheduler> sched) {
@@ -181,6 +203,18 @@ std::shared_ptr<AcceleratedScheduler> Accelerator::prepare_scheduler(std::shared
                                                         options_.split_batches);
   schedulers_.push_back(wrapped);
   return wrapped;
+}
+
+bool Accelerator::is_prepared(const nn::Module& model) const {
+  for (const auto& m : models_)
+    if (m.get() == &model) return true;
+  return false;
+}
+
+ForwardAutocast Accelerator::forward_autocast() const {
+  const std::string& mp = options_.mixed_precision;
+  if (mp == "no" || !options_.autocast_prepared_model) return {};
+  return {true, device().type, mp == "fp16" ? DType::f16 : DType::bf16};
 }
 
 std::shared_ptr<DistributedDataParallel> Accelerator::ddp(const nn::Module& model) const {
@@ -301,8 +335,9 @@ void Accelerator::clip_grad_value_(const std::vector<Tensor>& params, double cli
 
 Tensor Accelerator::gather(const Tensor& tensor) const { return distributed::gather(tensor, process_group()); }
 
-Tensor Accelerator::gather_for_metrics(const Tensor& tensor) const {
-  Tensor all = gather(tensor);
+Tensor Accelerator::gather_for_metrics(const Tensor& tensor) const { return drop_padding(gather(tensor)); }
+
+Tensor Accelerator::drop_padding(const Tensor& all) const {
   const GradientState& gs = *gradient_state_;
   if (!gs.end_of_dataloader() || gs.padding_samples() == 0) return all;
   // Only a per-sample tensor of the padded last step carries duplicates.

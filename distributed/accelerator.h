@@ -24,14 +24,23 @@
 // sets, as Accelerate does: mixed_precision "no" <- EMBER_MIXED_PRECISION,
 // gradient_accumulation_steps 1 <- EMBER_GRADIENT_ACCUMULATION_STEPS, cpu false <- EMBER_USE_CPU.
 //
-// Mixed precision ("bf16" or "fp16"): parameters, gradients and optimizer state stay f32; the
-// forward pass runs inside `auto ac = acc.autocast();`, where matmul/linear/bmm compute in the
-// half type and softmax, layer_norm, losses and reductions in f32 (core/autocast.h). "fp16"
+// Mixed precision ("bf16" or "fp16"): parameters, gradients and optimizer state stay f32; a
+// prepared model's calls (`m->forward(batch)`) run under autocast, as do blocks inside
+// `auto ac = acc.autocast();`: matmul/linear/bmm compute in the half type and softmax,
+// layer_norm, losses and reductions in f32 (core/autocast.h). "fp16"
 // adds a loss scaler (optim::GradScaler, options in AcceleratorOptions::scaler): backward()
 // scales the loss, clipping unscales the gradients first, and the prepared optimizer skips an
 // update whose gradients overflowed (optimizer_step_was_skipped(); the prepared scheduler then
 // does not advance). bf16 has f32's range and needs no scaling.
 #pragma once
+// A guard written as a bare statement (`acc.accumulate(m);`, `acc.autocast();`) would end at
+// its semicolon and change nothing. Discarding a [[nodiscard]] result is therefore an error,
+// not a warning, from here to the end of every file that includes this header (the compiler's
+// -Wunused-result, so any discarded [[nodiscard]] or warn_unused_result value counts); define
+// EMBER_ALLOW_DISCARDED_RESULTS before including it to keep the warning instead.
+#if defined(__GNUC__) && !defined(EMBER_ALLOW_DISCARDED_RESULTS)
+#pragma GCC diagnostic error "-Wunused-result"
+#endif
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -47,13 +56,16 @@
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/error.h"
 #include "data/dataloader.h"
 #include "distributed/accelerated_dataloader.h"
+#include "distributed/accelerated_model.h"
 #include "distributed/accelerated_optimizer.h"
 #include "distributed/accelerated_scheduler.h"
 #include "distributed/accelerator_state.h"
 #include "distributed/checkpointing.h"
 #include "distributed/ddp.h"
+#include "distributed/operations.h"
 #include "distributed/tracking/tracker_group.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
@@ -62,6 +74,13 @@
 
 namespace ember::distributed {
 
+// Options are designated initialisers, and C++ wants them in declaration order:
+// `{.split_batches = true, .mixed_precision = "bf16"}` does not compile, while
+// `{.mixed_precision = "bf16", .split_batches = true}` does. The order:
+//   mixed_precision, gradient_accumulation_steps, cpu, split_batches, even_batches,
+//   step_scheduler_with_optimizer, log_with, project_dir, total_limit, seed,
+//   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model
+// New options are added at the end, so initialisers written for an older list still compile.
 struct AcceleratorOptions {
   std::string mixed_precision = "no";  // "no" | "fp16" | "bf16"
   int gradient_accumulation_steps = 1;
@@ -99,6 +118,10 @@ struct AcceleratorOptions {
   // with that message before any gradient is computed). N counts backward calls from 1. Only
   // the rank whose loss is bad stops; the others then see a dead peer in their next collective.
   std::string check_finite_loss = "no";
+  // Under mixed precision, a prepared model's calls through its handle (`m->forward(...)`) run
+  // under autocast, as Accelerate wraps a prepared model's forward (distributed/accelerated_model.h).
+  // false: only code inside acc.autocast() autocasts (Accelerate's AutocastKwargs(enabled=False)).
+  bool autocast_prepared_model = true;
 };
 
 using tracking::LogValues;
@@ -124,12 +147,14 @@ namespace detail {
 
 template <typename T> struct is_shared_ptr : std::false_type {};
 template <typename T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type { using element = T; };
+template <typename T> struct is_shared_ptr<PreparedModel<T>> : std::true_type { using element = T; };
 template <typename T> struct is_unique_ptr : std::false_type {};
 template <typename T, typename D> struct is_unique_ptr<std::unique_ptr<T, D>> : std::true_type { using element = T; };
 
 // The object a handle points to (or the object itself).
 template <typename A> struct pointee { using type = A; };
 template <typename T> struct pointee<std::shared_ptr<T>> { using type = T; };
+template <typename T> struct pointee<PreparedModel<T>> { using type = T; };
 template <typename T, typename D> struct pointee<std::unique_ptr<T, D>> { using type = T; };
 template <typename T> using pointee_t = typename pointee<std::remove_cvref_t<T>>::type;
 
@@ -175,8 +200,10 @@ class Accelerator {
 
   // ---- prepare: models, optimizers, data loaders and schedulers in any number and order;
   // returned in the same order (one object alone is returned as itself, not as a tuple).
-  //   shared_ptr<M> (M an nn::Module)        -> the same shared_ptr (moved to device(); with
-  //                                             several processes DDP is installed on it)
+  //   shared_ptr<M> (M an nn::Module)        -> PreparedModel<M>: the same shared_ptr (moved
+  //                                             to device(); with several processes DDP is
+  //                                             installed on it) whose `->` calls run under
+  //                                             autocast with mixed precision
   //   O& or shared_ptr<O> (an Optimizer)     -> shared_ptr<AcceleratedOptimizer>
   //   DataLoader& or shared_ptr<DataLoader>  -> shared_ptr<AcceleratedDataLoader>
   //   S&, shared_ptr<S>, unique_ptr<S>& or unique_ptr<S>&& (an LRScheduler)
@@ -198,9 +225,9 @@ class Accelerator {
 
   template <typename M>
     requires std::is_base_of_v<nn::Module, M>
-  std::shared_ptr<M> prepare_one(const std::shared_ptr<M>& model) {
+  PreparedModel<M> prepare_one(const std::shared_ptr<M>& model) {
     prepare_model(model);
-    return model;
+    return PreparedModel<M>(model, forward_autocast());
   }
   template <typename O>
     requires std::is_base_of_v<optim::Optimizer, O>
@@ -242,11 +269,16 @@ class Accelerator {
   std::shared_ptr<AcceleratedDataLoader> prepare_data_loader(const data::DataLoader& loader);
   std::shared_ptr<AcceleratedScheduler> prepare_scheduler(std::shared_ptr<optim::LRScheduler> sched);
 
-  // The same model: Ember's DDP does not wrap the model's type.
+  // The same model (Ember's DDP does not wrap the model's type). keep_fp32_wrapper, as in
+  // Accelerate: the handle of a prepared model keeps running its calls under autocast; false
+  // gives one that calls the model as it is.
   template <typename M>
-  std::shared_ptr<M> unwrap_model(const std::shared_ptr<M>& model) const {
-    return model;
+  PreparedModel<M> unwrap_model(const std::shared_ptr<M>& model, bool keep_fp32_wrapper = true) const {
+    const bool prepared = model && is_prepared(*model);
+    return PreparedModel<M>(model, keep_fp32_wrapper && prepared ? forward_autocast() : ForwardAutocast{});
   }
+  // True when prepare() was given this model.
+  bool is_prepared(const nn::Module& model) const;
   // The DDP object prepare() installed on `model` (nullptr with one process or unprepared).
   std::shared_ptr<DistributedDataParallel> ddp(const nn::Module& model) const;
 
@@ -282,22 +314,30 @@ class Accelerator {
   // Counts a micro-step: sync_gradients() becomes true on every K-th one and on the last batch
   // of the loader's epoch; otherwise the models' gradients accumulate locally (DDP no_sync)
   // while the guard lives. No models: every prepared model.
+  // Like every guard here, it must be kept in a variable for the scope it covers (a bare
+  // statement does not compile, see the top of this file).
   template <typename... M>
-  [[nodiscard]] SyncGuard accumulate(const std::shared_ptr<M>&... models) {
+  [[nodiscard("keep the guard for the loop body: auto guard = acc.accumulate(m);")]]
+  SyncGuard accumulate(const std::shared_ptr<M>&... models) {
     return accumulate_models({static_cast<const nn::Module*>(models.get())...});
   }
-  [[nodiscard]] SyncGuard accumulate_models(std::vector<const nn::Module*> models);
+  [[nodiscard("keep the guard for the loop body: auto guard = acc.accumulate_models(models);")]]
+  SyncGuard accumulate_models(std::vector<const nn::Module*> models);
   // Gradients of `model` stay local while the guard lives (nothing when not distributed).
-  [[nodiscard]] SyncGuard no_sync(const nn::Module& model);
+  [[nodiscard("keep the guard for the scope: auto local = acc.no_sync(m);")]]
+  SyncGuard no_sync(const nn::Module& model);
   template <typename M>
-  [[nodiscard]] SyncGuard no_sync(const std::shared_ptr<M>& model) {
+  [[nodiscard("keep the guard for the scope: auto local = acc.no_sync(m);")]]
+  SyncGuard no_sync(const std::shared_ptr<M>& model) {
     return no_sync(static_cast<const nn::Module&>(*model));
   }
 
-  // The mixed-precision scope for the forward pass: autocast on device() in bf16 or f16 while
-  // the guard lives; with mixed_precision "no" a guard that changes nothing (an enclosing
-  // autocast scope stays in force, as with Accelerate's nullcontext).
-  [[nodiscard]] AutocastGuard autocast() const;
+  // The mixed-precision scope for code outside the prepared models (their own calls autocast
+  // already, see autocast_prepared_model): autocast on device() in bf16 or f16 while the guard
+  // lives; with mixed_precision "no" a guard that changes nothing (an enclosing autocast scope
+  // stays in force, as with Accelerate's nullcontext).
+  [[nodiscard("keep the scope for the code it covers: auto autocast = acc.autocast();")]]
+  AutocastGuard autocast() const;
   // The loss scaler of mixed_precision "fp16" (nullptr otherwise).
   optim::GradScaler* scaler() const { return scaler_.get(); }
 
@@ -312,14 +352,44 @@ class Accelerator {
   void unscale_gradients();
 
   // ---- collectives (every process calls them, in the same order)
+  // Each takes a tensor or a nested structure of them (std::tuple, std::pair, std::vector,
+  // Batch, std::map<std::string, ...>; distributed/tensor_tree.h) and returns the same
+  // structure, every tensor treated as the one-tensor form treats it, in one exchange per
+  // dtype (distributed/operations.h):
+  //   auto [predictions, labels] = acc.gather_for_metrics(std::make_tuple(predictions, batch["labels"]));
   Tensor gather(const Tensor& tensor) const;
   // gather(), then on the last batch of the loader's epoch drops the wrap-around duplicates, so
   // over an epoch every sample is seen exactly once, in the loader's order.
   Tensor gather_for_metrics(const Tensor& tensor) const;
   Tensor reduce(const Tensor& tensor, const std::string& reduction = "sum", double scale = 1.0) const;
+  // Pads along `dim` only, to the largest size any process has there (other dims may differ).
   Tensor pad_across_processes(const Tensor& tensor, int64_t dim = 0, double pad_index = 0,
                               bool pad_first = false) const;
   Tensor broadcast(const Tensor& tensor, int from = 0) const;
+
+  template <NestedTensors S>
+  tensor_tree_t<S> gather(const S& tensors) const {
+    return distributed::gather(tensors, process_group());
+  }
+  template <NestedTensors S>
+  tensor_tree_t<S> gather_for_metrics(const S& tensors) const {
+    std::vector<Tensor> all = detail::gather_leaves(flatten_tensors(tensors), process_group());
+    for (auto& t : all) t = drop_padding(t);
+    return rebuild_tensors(tensors, all);
+  }
+  template <NestedTensors S>
+  tensor_tree_t<S> reduce(const S& tensors, const std::string& reduction = "sum", double scale = 1.0) const {
+    return distributed::reduce(tensors, reduction, process_group(), scale);
+  }
+  template <NestedTensors S>
+  tensor_tree_t<S> pad_across_processes(const S& tensors, int64_t dim = 0, double pad_index = 0,
+                                        bool pad_first = false) const {
+    return distributed::pad_across_processes(tensors, process_group(), dim, pad_index, pad_first);
+  }
+  template <NestedTensors S>
+  tensor_tree_t<S> broadcast(const S& tensors, int from = 0) const {
+    return distributed::broadcast(tensors, process_group(), from);
+  }
   std::vector<std::string> gather_object(const std::string& mine) const;
   std::string broadcast_object(const std::string& value, int from = 0) const;
   void wait_for_everyone() const { state_->wait_for_everyone(); }
@@ -340,11 +410,14 @@ class Accelerator {
   std::pair<int64_t, int64_t> split_between_processes(int64_t count) const;
 
   // ---- printing and ordering
+  // Prints its arguments separated by spaces, as Python's print does, on the main process only:
+  // acc.print("Process", i, "of", n) prints "Process 0 of 2".
   template <typename... A>
   void print(const A&... args) const {
     if (!is_main_process()) return;
     std::ostringstream os;
-    ((os << args), ...);
+    [[maybe_unused]] const char* separator = "";  // unused when printing an empty line
+    ((os << separator << args, separator = " "), ...);
     std::cout << os.str() << std::endl;
   }
   // The main process (or each machine's local main process) runs the guarded block first, the
@@ -364,10 +437,10 @@ class Accelerator {
     const AcceleratorState* state_;
     bool goes_first_;
   };
-  [[nodiscard]] ProcessOrderGuard main_process_first() const { return {state_.get(), is_main_process()}; }
-  [[nodiscard]] ProcessOrderGuard local_main_process_first() const {
-    return {state_.get(), is_local_main_process()};
-  }
+  [[nodiscard("keep the guard for the block: auto first = acc.main_process_first();")]]
+  ProcessOrderGuard main_process_first() const { return {state_.get(), is_main_process()}; }
+  [[nodiscard("keep the guard for the block: auto first = acc.local_main_process_first();")]]
+  ProcessOrderGuard local_main_process_first() const { return {state_.get(), is_local_main_process()}; }
 
   // Seeds Ember's generator with `seed` (plus process_index() when device_specific).
   void set_seed(uint64_t seed, bool device_specific = false);
@@ -375,11 +448,25 @@ class Accelerator {
   // ---- saving
   // Weights for inference: a BERT model as config.json + model.safetensors (Hugging Face
   // format), any other model as model.safetensors of its state_dict. Main process writes;
-  // every process returns once it is written.
+  // every process returns once it is written. Takes the handle prepare() returned, any
+  // shared_ptr to the model, or the model itself.
   void save_model(const nn::Module& model, const std::string& dir);
-  // A state dict / object state written by the main process as safetensors at `path`.
+  template <typename M>
+    requires std::is_base_of_v<nn::Module, M>
+  void save_model(const std::shared_ptr<M>& model, const std::string& dir) {
+    EMBER_CHECK(model != nullptr, "save_model: the model is null");
+    save_model(static_cast<const nn::Module&>(*model), dir);
+  }
+  // A state dict / object state written by the main process as safetensors at `path`. Every
+  // process calls it (a failure on the main process raises on every process).
   void save(const nn::StateDict& state_dict, const std::string& path);
   void save(const ObjectState& state, const std::string& path);
+  // save() as a function, for transformers-style save_pretrained:
+  //   acc.unwrap_model(m)->save_pretrained(dir, {.is_main_process = acc.is_main_process(),
+  //                                              .save_function = acc.save_function()});
+  std::function<void(const nn::StateDict&, const std::string&)> save_function() {
+    return [this](const nn::StateDict& state_dict, const std::string& path) { save(state_dict, path); };
+  }
 
   // Everything needed to continue training: prepared models, optimizers, schedulers, every
   // process's generator state, each prepared loader's epoch and position, the loss scaler
@@ -466,6 +553,13 @@ class Accelerator {
 
   void apply_env_defaults();
   void validate_options() const;
+  // The autocast a prepared model's calls run under.
+  ForwardAutocast forward_autocast() const;
+  // gather_for_metrics's trimming of one gathered tensor.
+  Tensor drop_padding(const Tensor& gathered) const;
+  // Makes every process shuffle `loader` from process 0's seed when the seed was drawn from
+  // the generator (one collective).
+  void agree_on_drawn_seed(AcceleratedDataLoader& loader) const;
   // Runs fn on the main process; every process raises if it failed.
   void on_main_process(const std::string& what, const std::function<void()>& fn) const;
   std::string resolve_load_dir(const std::string& dir) const;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 
 #include "core/device_api.h"

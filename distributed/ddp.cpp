@@ -1,5 +1,6 @@
 #include "distributed/ddp.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/grad_mode.h"

@@ -48,7 +48,7 @@ int main() {
     // + the mean over every process's batches
     epoch_loss = acc.reduce(scalar_tensor(loss_sum / double(l->size())), "mean").item<double>();
   }
-  acc.print("final epoch: mean loss ", epoch_loss, " over ", acc.num_processes(), " processes");  // +
+  acc.print("final epoch: mean loss", epoch_loss, "over", acc.num_processes(), "processes");  // + (spaces between, as print())
   // [/loop]
   return epoch_loss < 0.01 ? 0 : 1;
 }

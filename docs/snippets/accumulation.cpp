@@ -55,7 +55,7 @@ int main() {
   o->zero_grad();
   // [/no-sync]
 
-  acc.print("schedule steps: ", s->last_step(), ", lr now ", s->get_last_lr()[0],
-            ", micro-steps in the open window: ", acc.step());
+  acc.print("schedule steps:", s->last_step(), "| lr now", s->get_last_lr()[0],
+            "| micro-steps in the open window:", acc.step());
   return 0;
 }

@@ -65,10 +65,10 @@ int main() {
   // written; a load hook may drop models it restores itself. Here they only report.
   auto save_hook = acc.register_save_state_pre_hook(
       [&](std::vector<std::shared_ptr<nn::Module>>& models, std::vector<nn::StateDict>& weights,
-          const std::string& dir) { acc.print("saving ", models.size(), " model(s) to ", dir); });
+          const std::string& dir) { acc.print("saving", models.size(), "model(s) to", dir); });
   auto load_hook = acc.register_load_state_pre_hook(
       [&](std::vector<std::shared_ptr<nn::Module>>& models, const std::string& dir) {
-        acc.print("loading ", models.size(), " model(s) from ", dir);
+        acc.print("loading", models.size(), "model(s) from", dir);
       });
   // [/hooks]
 
@@ -93,15 +93,25 @@ int main() {
               first_removed ? "yes" : "no", restored, (long long)progress.steps);
 
   // [export]
-  acc.save_model(*acc.unwrap_model(m), "runs/checkpointing/final");            // model.safetensors
+  acc.save_model(m, "runs/checkpointing/final");  // model.safetensors; also a shared_ptr or *model
   acc.save(acc.unwrap_model(m)->state_dict(), "runs/checkpointing/weights.safetensors");
   // [/export]
+
+  // [save-pretrained]
+  // transformers' model.save_pretrained(dir, is_main_process=accelerator.is_main_process,
+  //                                      save_function=accelerator.save): written once, by the main process
+  auto bert = acc.prepare(std::make_shared<nn::BertForSequenceClassification>(nn::BertConfig::tiny(100)));
+  acc.unwrap_model(bert)->save_pretrained("runs/checkpointing/bert", {.is_main_process = acc.is_main_process(),
+                                                                      .save_function = acc.save_function()});
+  // [/save-pretrained]
+  const bool pretrained = std::filesystem::exists("runs/checkpointing/bert/config.json") &&
+                          std::filesystem::exists("runs/checkpointing/bert/model.safetensors");
 
   // [resume-mid-epoch]
   // load_state() puts every prepared loader back where it was saved. To skip batches by hand:
   acc.skip_first_batches(*l, 3);  // the next pass starts at the epoch's fourth batch
   // [/resume-mid-epoch]
-  const bool ok = first_removed && restored == 0.0 && progress.steps == 5 && next == 1;
+  const bool ok = first_removed && restored == 0.0 && progress.steps == 5 && next == 1 && pretrained;
   std::printf("%s\n", ok ? "resumed" : "FAILED");
   return ok ? 0 : 1;
 }

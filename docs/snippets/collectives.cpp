@@ -22,7 +22,7 @@ int main() {
   const int local_world = acc.state().local_num_processes();  // AcceleratorState (PartialState)
   if (acc.is_local_main_process()) std::printf("local rank %d of %d on this machine\n", local_rank, local_world);
   Device device = acc.device();                // cpu, or cuda:LOCAL_RANK
-  acc.print("printed once, by the main process, on ", device);
+  acc.print("Process", rank, "of", world, "on", device);  // once, by the main process: "Process 0 of 2 on cpu"
   // [/who]
 
   // [order]
@@ -62,6 +62,18 @@ int main() {
   std::string config = acc.broadcast_object(text);                   // process 0's string
   // [/collectives]
 
+  // [structures]
+  // Tuples, pairs, vectors and Batches (and maps of them) come back as the same structure, in one
+  // exchange per dtype instead of one per tensor.
+  auto [sum_of_mine, sum_of_twice] = acc.reduce(std::make_tuple(mine, mine * 2.0), "sum");
+  std::vector<Tensor> both = acc.gather(std::vector<Tensor>{mine, ragged});  // dim 0 may differ
+  Batch sequences;
+  sequences["tokens"] = ragged.reshape({1, rank + 1});  // [1, rank + 1]
+  sequences["label"] = full({1}, double(rank));
+  Batch rectangular = acc.pad_across_processes(sequences, /*dim=*/1);  // "tokens" padded to [1, world]
+  Batch from_first = acc.broadcast(rectangular, /*from=*/0);
+  // [/structures]
+
   // [utils]
   // The free functions behind them (accelerate.utils): nullptr for the group means one process.
   Tensor same = distributed::broadcast(mine, acc.process_group(), /*from=*/0);
@@ -73,11 +85,14 @@ int main() {
   auto eval_set = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"id", arange(int64_t(10))}});
   data::DataLoader eval_loader(eval_set, {.batch_size = 4});
   auto eval = acc.prepare(eval_loader);
-  int64_t seen = 0, id_sum = 0;
+  int64_t seen = 0, id_sum = 0, seen_in_batches = 0;
   for (auto& batch : *eval) {
-    Tensor ids = acc.gather_for_metrics(batch["id"]);
+    Tensor predictions = ge(batch["id"], 5);  // what a model would predict
+    auto [ids, predicted] = acc.gather_for_metrics(std::make_tuple(batch["id"], predictions));
     seen += ids.numel();
     id_sum += ids.sum().item<int64_t>();
+    Batch everything = acc.gather_for_metrics(batch);  // every field, duplicates dropped likewise
+    seen_in_batches += everything["id"].numel() == predicted.numel() ? 0 : 1;
   }
   // [/metrics]
 
@@ -94,7 +109,12 @@ int main() {
   ok = ok && from_main.sum().item<double>() == 0.0 && same.sum().item<double>() == 0.0;
   ok = ok && padded.numel() == world && gathered.numel() == 2 * world;
   ok = ok && int(names.size()) == world && names[0] == "process 0" && config == "lr=1e-4";
-  ok = ok && seen == 10 && id_sum == 45;
+  ok = ok && seen == 10 && id_sum == 45 && seen_in_batches == 0;
+  ok = ok && sum_of_twice.to_vector<float>()[0] == 2 * sum_of_mine.to_vector<float>()[0];
+  ok = ok && sum_of_mine.to_vector<float>()[0] == float(w * (w - 1.0) / 2.0);
+  ok = ok && both.size() == 2 && both[0].numel() == 2 * world && both[1].numel() == world * (world + 1) / 2;
+  ok = ok && rectangular["tokens"].size(1) == world && rectangular["label"].numel() == 1;
+  ok = ok && from_first["label"].item<float>() == 0.0f && from_first["tokens"].size(1) == world;
   ok = ok && padded_prompts.size() == size_t((5 + world - 1) / world) && !my_prompts.empty();
   acc.print(ok ? "collectives agree" : "FAILED");
   return ok ? 0 : 1;

@@ -1,5 +1,6 @@
-// Mixed precision, with and without the Accelerator (docs/quickstart.md): bf16 autocast around
-// the forward pass, and fp16 with its loss scaler. Prints the loss of the last step of each run.
+// Mixed precision, with and without the Accelerator (docs/quickstart.md): a prepared model's
+// forward autocasts by itself, acc.autocast() covers code outside the model, and fp16 adds its
+// loss scaler. Prints what ran in which dtype, and the loss scale of the fp16 run.
 #include <ember/accelerate.h>
 #include <ember/ember.h>
 
@@ -39,17 +40,33 @@ int main() {
     data::DataLoader loader(make_dataset(256), {.batch_size = 32});
     auto [m, o, l] = acc.prepare(model, opt, loader);
     for (auto& batch : *l) {
-      Tensor loss;
-      {
-        auto autocast = acc.autocast();  // Accelerate's `with accelerator.autocast():`
-        loss = nn::functional::mse_loss(m->forward(batch["x"]), batch["y"]);
-      }
-      acc.backward(loss);
+      Tensor out = m->forward(batch["x"]);                      // a prepared model autocasts: bf16
+      Tensor loss = nn::functional::mse_loss(out, batch["y"]);  // losses compute in f32
+      acc.backward(loss);                                       // backward never autocasts
       o->step();
       o->zero_grad();
     }
     // [/accelerator-bf16]
-    acc.print("bf16 run done");
+    const DType forward_dtype = m->forward(randn({2, 8})).dtype();
+
+    // [autocast-scope]
+    // Code outside the prepared model: Accelerate's `with accelerator.autocast():`
+    Tensor features = randn({4, 8});
+    Tensor scores;
+    {
+      auto autocast = acc.autocast();
+      scores = matmul(features, features.t());  // bf16
+    }
+    // [/autocast-scope]
+
+    // [autocast-off]
+    // Only acc.autocast() scopes autocast (Accelerate's AutocastKwargs(enabled=False)):
+    Accelerator manual({.mixed_precision = "bf16", .autocast_prepared_model = false});
+    auto plain = manual.prepare(std::make_shared<nn::Linear>(8, 1));
+    Tensor f32_out = plain->forward(features);  // f32
+    // [/autocast-off]
+    acc.print("bf16: prepared forward", dtype_name(forward_dtype), "| acc.autocast() matmul", dtype_name(scores.dtype()),
+              "| autocast_prepared_model = false:", dtype_name(f32_out.dtype()));
   }
   {
     // [accelerator-fp16]
@@ -61,18 +78,14 @@ int main() {
     auto [m, o, l] = acc.prepare(model, opt, loader);
     int64_t skipped = 0;
     for (auto& batch : *l) {
-      Tensor loss;
-      {
-        auto autocast = acc.autocast();
-        loss = nn::functional::mse_loss(m->forward(batch["x"]), batch["y"]);
-      }
+      Tensor loss = nn::functional::mse_loss(m->forward(batch["x"]), batch["y"]);  // f16 forward
       acc.backward(loss);                           // backpropagates loss * scale
       acc.clip_grad_norm_(m->parameters(), 1.0);    // unscales first, returns the true norm
       o->step();                                    // skipped when a gradient overflowed
       if (acc.optimizer_step_was_skipped()) ++skipped;
       o->zero_grad();
     }
-    acc.print("fp16: loss scale ", acc.scaler()->get_scale(), ", ", skipped, " steps skipped");
+    acc.print("fp16: loss scale", acc.scaler()->get_scale(), "with", skipped, "steps skipped");
     // [/accelerator-fp16]
   }
   return 0;

@@ -1,6 +1,7 @@
 // Accelerator(...) options next to Accelerate's constructor arguments and kwargs handlers
 // (docs/accelerate_mapping.md). Options are designated initialisers of AcceleratorOptions, in
-// the order the struct declares them. The program builds each set and prints a summary.
+// the order the struct declares them (distributed/accelerator.h lists it; out of order, they do
+// not compile). The program builds each set and prints a summary.
 #include <ember/accelerate.h>
 #include <ember/ember.h>
 
@@ -27,15 +28,18 @@ int main() {
   AcceleratorOptions timeout{.timeout = std::chrono::minutes(2)};
   // set_seed(0) at construction; stop at the first non-finite loss
   AcceleratorOptions careful{.seed = 0, .check_finite_loss = "error"};
+  // AutocastKwargs(enabled=False): a prepared model's forward does not autocast by itself
+  AcceleratorOptions manual_autocast{.mixed_precision = "bf16", .autocast_prepared_model = false};
   // [/options]
 
   // [construct]
   Accelerator acc(basics);
-  acc.print("mixed precision ", acc.mixed_precision(), ", accumulation ", acc.gradient_accumulation_steps(),
-            ", device ", acc.device(), ", ", acc.distributed_type());
+  acc.print("mixed precision", acc.mixed_precision(), "| accumulation", acc.gradient_accumulation_steps(),
+            "| device", acc.device(), "|", acc.distributed_type());
   // [/construct]
-  for (const AcceleratorOptions* o : {&loaders, &manual_schedule, &project, &ddp, &scaler, &timeout, &careful})
-    acc.print("split_batches ", o->split_batches, ", even_batches ", o->even_batches, ", project_dir '",
-              o->project_dir, "', total_limit ", o->total_limit, ", bucket_cap_mb ", o->ddp.bucket_cap_mb);
+  for (const AcceleratorOptions* o : {&loaders, &manual_schedule, &project, &ddp, &scaler, &timeout, &careful,
+                                      &manual_autocast})
+    acc.print("split_batches", o->split_batches, "| even_batches", o->even_batches, "| project_dir '" + o->project_dir + "'",
+              "| total_limit", o->total_limit, "| bucket_cap_mb", o->ddp.bucket_cap_mb);
   return 0;
 }

@@ -1,7 +1,12 @@
 // The distributed training API in one include: #include <ember/accelerate.h>
 //
 //   ember::Accelerator acc({.gradient_accumulation_steps = 4});
-//   auto [model, opt, loader, sched] = acc.prepare(model, opt, loader, sched);
+//   auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+//   for (auto& batch : *l) {
+//     auto guard = acc.accumulate(m);        // a bare `acc.accumulate(m);` does not compile
+//     acc.backward(m->forward(batch).loss);  // under mixed precision the call autocasts
+//     o->step(); s->step(); o->zero_grad();
+//   }
 //
 // See distributed/accelerator.h and docs/accelerate_semantics.md.
 #pragma once
@@ -9,6 +14,7 @@
 #include "ember/ember.h"
 
 #include "distributed/accelerated_dataloader.h"
+#include "distributed/accelerated_model.h"
 #include "distributed/accelerated_optimizer.h"
 #include "distributed/accelerated_scheduler.h"
 #include "distributed/accelerator.h"
@@ -23,6 +29,7 @@ using distributed::AcceleratedDataLoader;
 using distributed::AcceleratedOptimizer;
 using distributed::AcceleratedScheduler;
 using distributed::Accelerator;
+using distributed::PreparedModel;
 using distributed::AcceleratorOptions;
 using distributed::AcceleratorState;
 using distributed::Checkpointable;

@@ -5,6 +5,7 @@
 #include "nn/layers/basic.h"
 #include "nn/layers/containers.h"
 #include "nn/models/bert_config.h"
+#include "nn/models/save_pretrained_options.h"
 
 namespace ember::nn {
 
@@ -73,6 +74,8 @@ class BertModel : public Module {
   // attention_mask: 1 = attend, 0 = padding (any numeric dtype); token_type_ids optional.
   BertModelOutput forward(const Tensor& input_ids, const Tensor& attention_mask = Tensor(),
                           const Tensor& token_type_ids = Tensor());
+  // config.json + model.safetensors in `dir`, loadable by transformers (nn/models/pretrained.h).
+  void save_pretrained(const std::string& dir, const SavePretrainedOptions& options = {}) const;
   BertConfig config;
   std::shared_ptr<BertEmbeddings> embeddings;
   std::shared_ptr<ModuleList> encoder_layers;  // registered as encoder.layer
@@ -94,6 +97,8 @@ class BertForMaskedLM : public Module {
   ModelOutput forward(const Tensor& input_ids, const Tensor& attention_mask = Tensor(),
                       const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor());
   ModelOutput forward(const Batch& batch);
+  // config.json + model.safetensors in `dir`, loadable by transformers (nn/models/pretrained.h).
+  void save_pretrained(const std::string& dir, const SavePretrainedOptions& options = {}) const;
   BertConfig config;
   // When true and labels are given, the prediction head runs only on the scored positions
   // (labels != -100): the same loss for a fraction of the vocabulary-sized GEMM. logits then
@@ -113,6 +118,8 @@ class BertForSequenceClassification : public Module {
                       const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor());
   // Reads input_ids, attention_mask, token_type_ids and labels (or label) from the batch.
   ModelOutput forward(const Batch& batch);
+  // config.json + model.safetensors in `dir`, loadable by transformers (nn/models/pretrained.h).
+  void save_pretrained(const std::string& dir, const SavePretrainedOptions& options = {}) const;
   BertConfig config;
   std::shared_ptr<BertModel> bert;
   std::shared_ptr<Dropout> dropout;

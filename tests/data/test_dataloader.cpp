@@ -1,8 +1,13 @@
 // DataLoader ordering, shuffling, workers, collation and MLM masking.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <numeric>
 #include <set>
 
+#include "core/rng.h"
 #include "data/dataloader.h"
+#include "data/length_grouped_sampler.h"
 #include "data/mlm_collator.h"
 #include "test_util.h"
 
@@ -51,6 +56,62 @@ TEST(DataLoader, SequentialBatchesAndDropLast) {
   data::DataLoader dl(ds, {.batch_size = 4, .drop_last = true});
   EXPECT_EQ(dl.size(), 2);
   EXPECT_EQ(collect(dl).size(), 8u);
+}
+
+TEST(DataLoader, ShuffleWithoutASeedFollowsManualSeedAndAGivenSeedWins) {
+  auto ds = numbers(40);
+  auto order_after = [&](uint64_t seed, std::optional<uint64_t> loader_seed) {
+    manual_seed(seed);
+    data::DataLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = loader_seed});
+    EXPECT_EQ(loader.sampler().seed_was_drawn(), !loader_seed);
+    return collect(loader);
+  };
+  const auto one = order_after(1, std::nullopt);
+  EXPECT_NE(one, order_after(2, std::nullopt));  // as torch.manual_seed changes a DataLoader's order
+  EXPECT_EQ(one, order_after(1, std::nullopt));
+  EXPECT_EQ(order_after(1, 5), order_after(2, 5));
+  std::vector<int64_t> sorted = one;
+  std::sort(sorted.begin(), sorted.end());
+  data::DataLoader in_order(ds, {.batch_size = 8});
+  EXPECT_EQ(sorted, collect(in_order));
+
+  // Only a shuffling loader without a seed draws from the generator.
+  manual_seed(4);
+  const GeneratorState before = default_generator().get_state();
+  data::DataLoader sequential(ds, {.batch_size = 8});
+  data::DataLoader seeded(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
+  EXPECT_EQ(default_generator().get_state().offset, before.offset);
+  EXPECT_FALSE(sequential.sampler().seed().has_value());
+  EXPECT_EQ(seeded.sampler().seed(), std::optional<uint64_t>(3));
+  data::DataLoader drawn(ds, {.batch_size = 8, .shuffle = true});
+  EXPECT_GT(default_generator().get_state().offset, before.offset);
+  // with_seed: the same sampler shuffling from another seed, still counted as drawn.
+  auto reseeded = drawn.sampler().with_seed(3);
+  ASSERT_NE(reseeded, nullptr);
+  EXPECT_EQ(reseeded->indices(2), seeded.sampler().indices(2));
+  EXPECT_TRUE(reseeded->seed_was_drawn());
+  EXPECT_EQ(sequential.sampler().with_seed(3), nullptr);
+}
+
+TEST(DataLoader, LengthGroupedSamplerDrawsItsSeedWhenNoneIsGiven) {
+  std::vector<int64_t> lengths(30);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = int64_t((i * 7) % 11);
+  manual_seed(1);
+  data::LengthGroupedSampler a(lengths, 4, std::nullopt, 2);
+  manual_seed(2);
+  data::LengthGroupedSampler b(lengths, 4, std::nullopt, 2);
+  manual_seed(1);
+  data::LengthGroupedSampler a_again(lengths, 4);
+  EXPECT_TRUE(a.seed_was_drawn());
+  EXPECT_NE(a.indices(0), b.indices(0));
+  EXPECT_EQ(a.seed(), a_again.seed());
+  data::LengthGroupedSampler given(lengths, 4, 9, 2);
+  EXPECT_FALSE(given.seed_was_drawn());
+  EXPECT_EQ(a.with_seed(9)->indices(1), given.indices(1));
+  // A refused sampler leaves the generator alone.
+  const uint64_t offset = default_generator().get_state().offset;
+  EXPECT_EMBER_ERROR(data::LengthGroupedSampler(lengths, 0), "LengthGroupedSampler", "batch_size");
+  EXPECT_EQ(default_generator().get_state().offset, offset);
 }
 
 TEST(DataLoader, ShuffleIsSeededAndChangesPerEpoch) {

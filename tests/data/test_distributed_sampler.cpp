@@ -1,5 +1,6 @@
 // DistributedSampler: per-rank shares that are disjoint, cover the dataset (with PyTorch's
 // wrap-around padding or drop_last truncation) and shuffle identically on every rank.
+#include <algorithm>
 #include <numeric>
 #include <set>
 

@@ -1,5 +1,6 @@
 // ShardedDataLoader: Accelerate-style batch sharding (split_batches, even_batches, drop_last),
 // checked against hand-worked cases and against an independent model of the padded sample stream.
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <set>

@@ -2,6 +2,7 @@
 // ddp_worker program (processes as ranks). Everything is derived from seeds, so every rank
 // and the single-process reference see exactly the same numbers.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <random>
 

@@ -3,8 +3,12 @@
 // (resume, rotation, atomicity, hooks, mismatch errors), save_model, and mixed precision
 // (autocast, fp16 loss scaling, skipped steps, the scaler in checkpoints). Multi-process
 // behaviour is in test_accelerator_processes.cpp.
+#include <algorithm>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -151,7 +155,8 @@ TEST(Accelerator, PrepareReturnsObjectsInOrder) {
   data::DataLoader loader(make_dataset(10), {.batch_size = 4});
   auto sched = optim::get_scheduler("constant", opt, 0, 10);
   auto [s, l, m, o] = acc.prepare(sched, loader, model, opt);
-  static_assert(std::is_same_v<decltype(m), std::shared_ptr<Mlp>>);
+  static_assert(std::is_same_v<decltype(m), PreparedModel<Mlp>>);  // the shared_ptr, whose -> autocasts
+  static_assert(std::is_base_of_v<std::shared_ptr<Mlp>, decltype(m)>);
   static_assert(std::is_same_v<decltype(o), std::shared_ptr<AcceleratedOptimizer>>);
   static_assert(std::is_same_v<decltype(l), std::shared_ptr<AcceleratedDataLoader>>);
   static_assert(std::is_same_v<decltype(s), std::shared_ptr<AcceleratedScheduler>>);
@@ -376,6 +381,191 @@ struct TrainingRun {
 };
 
 }  // namespace
+
+TEST(Accelerator, CollectivesTakeNestedStructuresAndReturnTheSame) {
+  Accelerator acc;
+  const Tensor a = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const Tensor ids = from_vector<int64_t>({7, 8}, {2});
+  auto [ga, gids] = acc.gather(std::make_tuple(a, ids));
+  EXPECT_TRUE(ember::testing::all_close(ga, a, 0, 0));
+  EXPECT_EQ(gids.to_vector<int64_t>(), (std::vector<int64_t>{7, 8}));
+  EXPECT_NE(ga.impl(), a.impl()) << "a copy, as the one-tensor gather returns";
+  // std::tie comes back as values; a 0-dim tensor in a structure counts as one row, as alone.
+  Tensor scalar = full({}, 5.0);
+  auto [tied_a, tied_scalar] = acc.gather(std::tie(a, scalar));
+  EXPECT_EQ(tied_scalar.shape(), (Shape{1}));
+  EXPECT_EQ(tied_a.shape(), a.shape());
+
+  Batch batch;
+  batch["x"] = a;
+  batch["labels"] = ids;
+  Batch gathered = acc.gather_for_metrics(batch);
+  EXPECT_EQ(gathered.fields.size(), 2u);
+  EXPECT_EQ(gathered["labels"].to_vector<int64_t>(), (std::vector<int64_t>{7, 8}));
+  std::vector<Tensor> reduced = acc.reduce(std::vector<Tensor>{a, a * 2.0}, "sum", 0.5);
+  ASSERT_EQ(reduced.size(), 2u);
+  EXPECT_EQ(reduced[1].to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  auto [first, rest] = acc.broadcast(std::make_pair(a, std::vector<Tensor>{ids, a}));
+  EXPECT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].to_vector<int64_t>(), (std::vector<int64_t>{7, 8}));
+  // Nested: a map of tuples.
+  std::map<std::string, std::tuple<Tensor, Batch>> nested{{"eval", {ids, batch}}};
+  auto padded = acc.pad_across_processes(nested, 1);
+  EXPECT_EQ(std::get<1>(padded.at("eval"))["x"].shape(), (Shape{2, 2}));
+  EXPECT_EQ(std::get<0>(padded.at("eval")).shape(), (Shape{2}));  // no dim 1: as it is
+
+  // Errors name the tensor of the structure.
+  Batch broken;
+  broken["x"] = a;
+  broken["mask"] = Tensor();
+  EXPECT_EMBER_ERROR(acc.gather(broken), "gather", "['mask']", "undefined");
+  EXPECT_EMBER_ERROR(acc.reduce(std::make_tuple(a, ids), "mean"), "reduce", "[1]", "int64");
+  EXPECT_EMBER_ERROR(acc.broadcast(std::make_tuple(a), 1), "broadcast", "process 1");
+  static_assert(!TensorStructure<std::vector<int>>, "only tensors are leaves");
+  static_assert(TensorStructure<std::tuple<Tensor, std::vector<Batch>>>);
+}
+
+TEST(Accelerator, PrintSeparatesItsArgumentsWithSpacesAsPythonDoes) {
+  Accelerator acc;
+  std::ostringstream captured;
+  std::streambuf* previous = std::cout.rdbuf(captured.rdbuf());
+  acc.print("Process", acc.process_index(), "of", acc.num_processes());
+  acc.print("alone");
+  acc.print();
+  std::cout.rdbuf(previous);
+  EXPECT_EQ(captured.str(), "Process 0 of 1\nalone\n\n");
+}
+
+TEST(AcceleratorCheckpoint, SaveModelTakesTheHandleASharedPtrOrTheModule) {
+  ember::testing::TempDir dir("accel_save_model_forms");
+  Accelerator acc;
+  auto model = make_mlp(6);
+  auto m = acc.prepare(model);
+  std::shared_ptr<nn::Module> base = model;
+  acc.save_model(m, dir.file("handle"));                    // what prepare returned
+  acc.save_model(model, dir.file("shared_ptr"));            // the shared_ptr
+  acc.save_model(base, dir.file("base"));                   // a shared_ptr to the base class
+  acc.save_model(*m, dir.file("module"));                   // the module
+  acc.save_model(acc.unwrap_model(m), dir.file("unwrapped"));
+  for (const char* form : {"handle", "shared_ptr", "base", "module", "unwrapped"}) {
+    auto saved = nn::load_safetensors(dir.file(std::string(form) + "/model.safetensors"));
+    EXPECT_TRUE(ember::testing::all_close(saved.at("fc2.weight"), model->fc2->weight, 0, 0)) << form;
+  }
+  EXPECT_EMBER_ERROR(acc.save_model(std::shared_ptr<Mlp>(), dir.file("null")), "save_model", "null");
+}
+
+TEST(AcceleratorCheckpoint, SavePretrainedWritesOnlyOnTheMainProcessOrThroughTheSaveFunction) {
+  ember::testing::TempDir dir("accel_save_pretrained");
+  nn::BertConfig cfg = nn::BertConfig::tiny(64);
+  cfg.num_hidden_layers = 1;
+  cfg.hidden_size = 16;
+  cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 32;
+  cfg.max_position_embeddings = 16;
+  Accelerator acc({.mixed_precision = "bf16"});
+  auto bert = acc.prepare(std::make_shared<nn::BertForMaskedLM>(cfg));
+  acc.unwrap_model(bert)->save_pretrained(dir.file("main"), {.is_main_process = acc.is_main_process(),
+                                                             .save_function = acc.save_function()});
+  auto loaded = nn::from_pretrained<nn::BertForMaskedLM>(dir.file("main"));
+  EXPECT_TRUE(ember::testing::all_close(loaded->transform_dense->weight, bert->transform_dense->weight, 0, 0));
+  EXPECT_EQ(nn::BertConfig::from_json_file(dir.file("main/config.json")).architectures,
+            (std::vector<std::string>{"BertForMaskedLM"}));
+  // Tied weights once, as transformers writes them.
+  EXPECT_FALSE(nn::load_safetensors(dir.file("main/model.safetensors")).count("cls.predictions.decoder.weight"));
+
+  // Another process: nothing written, no directory made.
+  bert->save_pretrained(dir.file("other"), {.is_main_process = false});
+  EXPECT_FALSE(fs::exists(dir.file("other")));
+  // A save_function is called on every process (a collective one needs them all); only the
+  // main process writes the config.
+  int calls = 0;
+  std::string path;
+  auto counting = [&](const nn::StateDict& weights, const std::string& p) {
+    ++calls;
+    path = p;
+    EXPECT_FALSE(weights.empty());
+  };
+  bert->save_pretrained(dir.file("counted"), {.is_main_process = false, .save_function = counting});
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(fs::exists(dir.file("counted/config.json")));
+  bert->save_pretrained(dir.file("counted"), {.save_function = counting});
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(path, dir.file("counted") + "/model.safetensors");
+  EXPECT_TRUE(fs::exists(dir.file("counted/config.json")));
+  EXPECT_FALSE(fs::exists(dir.file("counted/model.safetensors")));  // the function chose not to write
+  // A classifier and the encoder alone have it too.
+  auto classifier = std::make_shared<nn::BertForSequenceClassification>(cfg);
+  classifier->save_pretrained(dir.file("classifier"));
+  EXPECT_EQ(nn::BertConfig::from_json_file(dir.file("classifier/config.json")).architectures,
+            (std::vector<std::string>{"BertForSequenceClassification"}));
+  classifier->bert->save_pretrained(dir.file("encoder"));
+  EXPECT_TRUE(fs::exists(dir.file("encoder/model.safetensors")));
+}
+
+namespace {
+
+// The sample order of one pass of a prepared loader.
+std::vector<int64_t> pass_order(AcceleratedDataLoader& l) {
+  std::vector<int64_t> order;
+  for (auto& b : l)
+    for (int64_t v : b["idx"].to_vector<int64_t>()) order.push_back(v);
+  return order;
+}
+
+}  // namespace
+
+TEST(AcceleratorSeed, SetSeedDecidesTheShuffleOfLoadersBuiltWithoutASeed) {
+  Accelerator acc;
+  auto ds = make_dataset(24);
+  auto order_after = [&](uint64_t seed, std::optional<uint64_t> loader_seed) {
+    acc.set_seed(seed);
+    data::DataLoader loader(ds, {.batch_size = 4, .shuffle = true, .seed = loader_seed});
+    EXPECT_EQ(loader.sampler().seed_was_drawn(), !loader_seed.has_value());
+    auto l = acc.prepare(loader);
+    return pass_order(*l);
+  };
+  const auto one = order_after(1, std::nullopt), two = order_after(2, std::nullopt);
+  EXPECT_NE(one, two);
+  EXPECT_EQ(order_after(1, std::nullopt), one);
+  EXPECT_EQ(order_after(1, 7), order_after(2, 7));  // an explicit seed wins
+  std::vector<int64_t> sorted = one;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, pass_order(*acc.prepare(data::DataLoader(ds, {.batch_size = 4}))));
+}
+
+TEST(AcceleratorCheckpoint, ResumeRestoresADrawnShuffleSeed) {
+  ember::testing::TempDir dir("accel_resume_seed");
+  auto ds = make_dataset(20);
+  std::vector<int64_t> rest;
+  {
+    Accelerator acc;
+    acc.set_seed(1);
+    data::DataLoader loader(ds, {.batch_size = 4, .shuffle = true});
+    auto l = acc.prepare(loader);
+    int64_t seen = 0;
+    for (auto& b : *l) {
+      if (++seen == 2) acc.save_state(dir.file("c"));  // two batches of epoch 0 handed out
+      if (seen > 2)
+        for (int64_t v : b["idx"].to_vector<int64_t>()) rest.push_back(v);  // batches 3 to 5
+    }
+    EXPECT_EQ(rest.size(), 12u);
+  }
+  const auto meta = nlohmann::json::parse(std::ifstream(dir.file("c/accelerator_state.json")));
+  EXPECT_TRUE(meta.at("dataloaders").at(0).contains("seed")) << meta.dump();
+  // The resumed program seeds differently, so its loader draws another seed; load_state puts
+  // the saved one back and the pass continues the saved order.
+  Accelerator acc;
+  acc.set_seed(2);
+  data::DataLoader loader(ds, {.batch_size = 4, .shuffle = true});
+  auto l = acc.prepare(loader);
+  acc.load_state(dir.file("c"));
+  EXPECT_EQ(pass_order(*l), rest);
+  // An explicit seed is not a drawn one: nothing is saved for it.
+  Accelerator fixed;
+  data::DataLoader explicit_seed(ds, {.batch_size = 4, .shuffle = true, .seed = 3});
+  auto lf = fixed.prepare(explicit_seed);
+  EXPECT_FALSE(lf->state().seed.has_value());
+}
 
 TEST(AcceleratorCheckpoint, ResumeMidEpochContinuesExactly) {
   ember::testing::TempDir dir("accel_resume");
@@ -605,7 +795,8 @@ TEST(AcceleratorMixedPrecision, Bf16AutocastRunsLinearInBf16AndKeepsF32Parameter
     EXPECT_EQ(loss.dtype(), DType::f32);
   }
   EXPECT_FALSE(autocast_enabled(DeviceType::CPU));
-  EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f32);  // outside the scope: f32 again
+  Mlp& raw = *model;  // past the prepared handle: no autocast of its own
+  EXPECT_EQ(raw.fc1->forward(x).dtype(), DType::f32);  // outside the scope: f32 again
   acc.backward(loss);
   for (const auto& [name, p] : model->named_parameters()) {
     EXPECT_EQ(p.dtype(), DType::f32) << name;
@@ -621,15 +812,67 @@ TEST(AcceleratorMixedPrecision, Bf16AutocastRunsLinearInBf16AndKeepsF32Parameter
   Accelerator fp16({.mixed_precision = "fp16"});
   {
     auto ac = fp16.autocast();
-    EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+    EXPECT_EQ(raw.fc1->forward(x).dtype(), DType::f16);
     // A nested "no" scope changes nothing: the enclosing fp16 scope stays in force.
     Accelerator off;
     {
       auto none = off.autocast();
-      EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+      EXPECT_EQ(raw.fc1->forward(x).dtype(), DType::f16);
     }
-    EXPECT_EQ(model->fc1->forward(x).dtype(), DType::f16);
+    EXPECT_EQ(raw.fc1->forward(x).dtype(), DType::f16);
   }
+}
+
+TEST(AcceleratorMixedPrecision, APreparedModelsCallsRunUnderAutocastAsAccelerateWrapsForward) {
+  const Tensor x = uniform_tensor(24, {5, kIn}), y = uniform_tensor(25, {5, kOut});
+  Accelerator acc({.mixed_precision = "bf16"});
+  auto model = make_mlp(21);
+  auto m = acc.prepare(model);
+  static_assert(std::is_convertible_v<decltype(m), std::shared_ptr<Mlp>>, "the handle is the model's shared_ptr");
+  EXPECT_EQ(m, model);
+  EXPECT_EQ(m.get(), model.get());
+
+  // No acc.autocast() scope: the call through the handle autocasts, and only the call.
+  Tensor out = m->forward(x);
+  EXPECT_EQ(out.dtype(), DType::bf16);
+  EXPECT_FALSE(autocast_enabled(DeviceType::CPU));
+  EXPECT_EQ(m->fc1->forward(x).dtype(), DType::bf16);
+  EXPECT_EQ((*m).forward(x).dtype(), DType::f32);     // past the handle
+  EXPECT_EQ(model->forward(x).dtype(), DType::f32);   // the original shared_ptr
+  std::shared_ptr<Mlp> copy = m;
+  EXPECT_EQ(copy->forward(x).dtype(), DType::f32);    // a plain copy
+  // unwrap_model keeps the wrapper by default (keep_fp32_wrapper=True), also from the original.
+  EXPECT_EQ(acc.unwrap_model(m)->forward(x).dtype(), DType::bf16);
+  EXPECT_EQ(acc.unwrap_model(model)->forward(x).dtype(), DType::bf16);
+  EXPECT_EQ(acc.unwrap_model(m, /*keep_fp32_wrapper=*/false)->forward(x).dtype(), DType::f32);
+  EXPECT_EQ(acc.unwrap_model(make_mlp(1))->forward(x).dtype(), DType::f32);  // never prepared
+
+  // The gradients reach the f32 parameters and are those of the f32 model within bf16 precision.
+  acc.backward(nn::functional::mse_loss(out, y));
+  auto reference = make_mlp(21);
+  nn::functional::mse_loss(reference->forward(x), y).backward();
+  for (const auto& p : model->parameters()) EXPECT_EQ(p.grad().dtype(), DType::f32);
+  EXPECT_LE(max_diff(flat_grads(*model), flat_grads(*reference)), 0.05);
+
+  // fp16 autocasts in f16; "no" and autocast_prepared_model = false leave the call alone.
+  Accelerator fp16({.mixed_precision = "fp16"});
+  EXPECT_EQ(fp16.prepare(make_mlp(3))->forward(x).dtype(), DType::f16);
+  Accelerator none;
+  EXPECT_EQ(none.prepare(make_mlp(3))->forward(x).dtype(), DType::f32);
+  Accelerator manual({.mixed_precision = "bf16", .autocast_prepared_model = false});
+  auto plain = manual.prepare(make_mlp(3));
+  EXPECT_EQ(plain->forward(x).dtype(), DType::f32);
+  {
+    auto ac = manual.autocast();  // code outside the model still autocasts in the scope
+    EXPECT_EQ(plain->forward(x).dtype(), DType::bf16);
+  }
+
+  // The handle works wherever a shared_ptr did: accumulate, no_sync, save_model, DDP lookup.
+  {
+    auto guard = acc.accumulate(m);
+    auto local = acc.no_sync(m);
+  }
+  EXPECT_EQ(acc.ddp(*m), nullptr);
 }
 
 TEST(AcceleratorMixedPrecision, BackwardScalesTheAveragedLoss) {

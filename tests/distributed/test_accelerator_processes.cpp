@@ -2,6 +2,7 @@
 // per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (a free port), with no environment at
 // all for one process, and through `ember launch`. Every child runs under a deadline and is
 // killed when it passes it.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -154,6 +155,21 @@ TEST_F(AcceleratorProcesses, AnInfGradientOnOneRankSkipsTheStepOnEveryRank) {
     EXPECT_NE(outcomes[r].output.find("skipped 1 of 2 steps, scale 512"), std::string::npos) << outcomes[r].output;
   // One process: its own inf skips its step.
   expect_all(run(0, {"amp"}), "amp ok");
+}
+
+TEST_F(AcceleratorProcesses, CollectivesOnStructuresSeedsAndSavePretrainedOnTwoRanks) {
+  // Tuples, vectors and Batches through every collective; padding along one dim while the
+  // others differ; a drawn shuffle seed agreed across ranks seeded differently; save_pretrained
+  // written once; print's spacing; a bf16 prepared model under DDP.
+  auto outcomes = run(2, {"structures", dir_.file("two")});
+  expect_all(outcomes, "structures ok");
+  EXPECT_NE(outcomes[0].output.find("Process 0 of 2 prints once"), std::string::npos) << outcomes[0].output;
+  EXPECT_EQ(outcomes[1].output.find("prints once"), std::string::npos) << outcomes[1].output;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("two/bert_of_process_1")));
+  EXPECT_TRUE(std::filesystem::exists(dir_.file("two/bert_of_process_0/model.safetensors")));
+  auto one = run(0, {"structures", dir_.file("one")});
+  expect_all(one, "structures ok");
+  EXPECT_NE(one[0].output.find("Process 0 of 1 prints once"), std::string::npos) << one[0].output;
 }
 
 TEST_F(AcceleratorProcesses, RunsUnderTheEmberLauncher) {

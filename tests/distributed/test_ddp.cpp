@@ -1,6 +1,7 @@
 // DistributedDataParallel: threads as ranks (HashStore + ProcessGroupGloo) and real processes
 // (ddp_worker over a TcpStore). N ranks at batch b must reach the parameters one rank reaches
 // at batch N*b.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>

@@ -1,6 +1,7 @@
 // ProcessGroupGloo: every collective, dtype and reduce op against values worked out by hand,
 // with ranks as threads (HashStore) and as real processes (pg_worker + TcpStore); dead, stuck
 // and missing ranks must become ember::Error on the survivors, never a hang.
+#include <algorithm>
 #include <regex>
 #include <signal.h>
 #include <sys/wait.h>

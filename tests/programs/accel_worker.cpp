@@ -17,9 +17,16 @@
 //                                                 and every rank skips that step (the scaler's
 //                                                 found-inf flag is agreed across processes),
 //                                                 then steps together; prints "amp ok"
+//   accel_worker structures <dir>                 collectives on tuples, vectors and Batches,
+//                                                 pad_across_processes along one dim, loaders
+//                                                 seeded by set_seed, save_pretrained written
+//                                                 once under <dir>, print, a bf16 prepared
+//                                                 model; prints "structures ok"
 // Exit status 0 when every expectation held.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <cstdlib>
 #include <string>
@@ -28,6 +35,7 @@
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "distributed/accelerator.h"
+#include "nn/models/pretrained.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"
@@ -368,6 +376,189 @@ int run_amp() {
   return failed ? 1 : 0;
 }
 
+// The samples of one epoch of a prepared loader as all processes see them together, in order.
+std::vector<int64_t> epoch_order(Accelerator& acc, AcceleratedDataLoader& l) {
+  std::vector<int64_t> order;
+  for (auto& batch : l)
+    for (int64_t v : acc.gather_for_metrics(batch["idx"]).to_vector<int64_t>()) order.push_back(v);
+  return order;
+}
+
+bool is_permutation_of_range(std::vector<int64_t> v, int64_t n) {
+  std::sort(v.begin(), v.end());
+  std::vector<int64_t> want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[size_t(i)] = i;
+  return v == want;
+}
+
+int run_structures(const std::string& dir) {
+  Accelerator acc;
+  const int R = acc.num_processes(), rank = acc.process_index();
+
+  // gather_for_metrics on a tuple and on a Batch: every element loses the same duplicates.
+  {
+    data::DataLoader loader(make_dataset(11, 500), {.batch_size = 2});
+    auto l = acc.prepare(loader);
+    std::vector<int64_t> ids, doubled, batch_ids;
+    for (auto& batch : *l) {
+      auto [all_ids, all_doubled] = acc.gather_for_metrics(std::make_tuple(batch["idx"], batch["idx"] + batch["idx"]));
+      for (int64_t v : all_ids.to_vector<int64_t>()) ids.push_back(v);
+      for (int64_t v : all_doubled.to_vector<int64_t>()) doubled.push_back(v);
+      Batch all = acc.gather_for_metrics(batch);
+      for (int64_t v : all["idx"].to_vector<int64_t>()) batch_ids.push_back(v);
+      expect(all["x"].size(0) == all["idx"].size(0) && all["x"].size(1) == kIn, "gather_for_metrics(Batch) keeps every field");
+    }
+    std::vector<int64_t> want(11);
+    for (int64_t i = 0; i < 11; ++i) want[size_t(i)] = i;
+    expect(ids == want && batch_ids == want, "gather_for_metrics on a tuple and a Batch: each sample once, in order");
+    bool twice = doubled.size() == ids.size();
+    for (size_t i = 0; twice && i < ids.size(); ++i) twice = doubled[i] == 2 * ids[i];
+    expect(twice, "gather_for_metrics trims every element of the tuple alike");
+  }
+
+  // gather: a vector of tensors of different dtypes whose dim 0 differs between processes.
+  {
+    Tensor rows = full({rank + 1, 2}, double(rank), {.dtype = DType::f32});
+    Tensor ids = full({rank + 2}, double(10 * rank), {.dtype = DType::i64});
+    Tensor scalar = full({}, double(rank), {.dtype = DType::f32});
+    Tensor flags = ge(ids, 10.0);  // bool: false on process 0, true elsewhere
+    std::vector<Tensor> all = acc.gather(std::vector<Tensor>{rows, ids, scalar, flags});
+    expect(all.size() == 4, "gather(vector) returns a vector of 4");
+    expect(all[3].dtype() == DType::boolean && all[3].numel() == all[1].numel() &&
+               all[3].to_vector<bool>().front() == false && all[3].to_vector<bool>().back() == (R > 1),
+           "gather: bool tensors come back as bool");
+    Tensor alone = acc.gather(flags);
+    expect(alone.dtype() == DType::boolean && alone.numel() == all[1].numel(), "gather of one bool tensor");
+    expect(all[0].size(0) == R * (R + 1) / 2 && all[0].size(1) == 2 && all[0].dtype() == DType::f32,
+           "gather: rows of every process");
+    expect(all[1].numel() == R * (R + 3) / 2 && all[1].dtype() == DType::i64, "gather: ids of every process");
+    expect(all[2].numel() == R && all[2].to_vector<float>().back() == float(R - 1), "gather: 0-dim tensors as rows");
+    expect(all[0].to_vector<float>().back() == float(R - 1) && all[1].to_vector<int64_t>().back() == 10 * (R - 1),
+           "gather: rank order");
+  }
+
+  // reduce: one tuple of mixed dtypes, sum and mean.
+  {
+    auto [a, b, c] = acc.reduce(std::make_tuple(full({2}, double(rank + 1)), full({3, 1}, 2.0 * (rank + 1)),
+                                                full({2}, double(rank + 1), {.dtype = DType::i64})),
+                                "sum");
+    const double want = R * (R + 1) / 2.0;
+    expect(a.to_vector<float>() == std::vector<float>(2, float(want)) &&
+               b.to_vector<float>() == std::vector<float>(3, float(2 * want)) && b.size(0) == 3 &&
+               c.to_vector<int64_t>() == std::vector<int64_t>(2, int64_t(want)) && c.dtype() == DType::i64,
+           "reduce(tuple, sum)");
+    auto [m1, m2] = acc.reduce(std::make_pair(full({1}, double(rank + 1)), full({2}, double(rank))), "mean", 2.0);
+    expect(std::abs(m1.item<double>() - (R + 1.0)) < 1e-6 && std::abs(m2.to_vector<float>()[1] - float(R - 1)) < 1e-6,
+           "reduce(pair, mean, scale 2)");
+  }
+
+  // pad_across_processes pads along dim 1 only; dim 0 differs between processes and stays;
+  // the 1-D field has no dim 1 and comes back as it is.
+  {
+    Batch b;
+    b["tokens"] = full({rank + 1, rank + 2}, 1.0);
+    b["label"] = full({rank + 1}, double(rank));
+    Batch padded = acc.pad_across_processes(b, /*dim=*/1, /*pad_index=*/-1.0, /*pad_first=*/true);
+    const Tensor t = padded["tokens"];
+    expect(t.size(0) == rank + 1 && t.size(1) == R + 1, "pad_across_processes pads dim 1 to the longest, keeps dim 0");
+    expect(t.select(0, 0).to_vector<float>().front() == (rank + 2 < R + 1 ? -1.0f : 1.0f), "pad_first puts the padding first");
+    expect(padded["label"].numel() == rank + 1, "a tensor without dim 1 comes back as it is");
+    Tensor alone = acc.pad_across_processes(full({2, rank + 1}, 3.0), 1);
+    expect(alone.size(1) == R && alone.to_vector<float>().back() == (rank + 1 < R ? 0.0f : 3.0f),
+           "pad_across_processes on one tensor pads dim 1 with 0");
+  }
+
+  // broadcast: a tuple from the last process.
+  {
+    auto [x, y] = acc.broadcast(std::make_tuple(full({2}, double(rank)), full({1}, double(rank), {.dtype = DType::i64})), R - 1);
+    expect(x.to_vector<float>() == std::vector<float>(2, float(R - 1)) && y.to_vector<int64_t>()[0] == R - 1,
+           "broadcast(tuple) from the last process");
+  }
+
+  // Processes passing different structures get an error naming the mismatch, not a hang.
+  if (R > 1) {
+    std::vector<Tensor> mine(size_t(rank + 1), full({1}, 1.0));
+    try {
+      (void)acc.gather(mine);
+      expect(false, "gather of different structures raised nothing");
+    } catch (const Error& e) {
+      expect(std::string(e.what()).find("passes") != std::string::npos, std::string("a clear mismatch error, got: ") + e.what());
+    }
+  }
+
+  // Loaders without a seed shuffle as set_seed says, with one order over all processes even
+  // when every process seeds differently.
+  {
+    auto ds = make_dataset(12, 600);
+    acc.set_seed(3, /*device_specific=*/true);
+    data::DataLoader first(ds, {.batch_size = 2, .shuffle = true});
+    auto l1 = acc.prepare(first);
+    const auto order3 = epoch_order(acc, *l1);
+    acc.set_seed(4, /*device_specific=*/true);
+    data::DataLoader second(ds, {.batch_size = 2, .shuffle = true});
+    auto l2 = acc.prepare(second);
+    const auto order4 = epoch_order(acc, *l2);
+    expect(is_permutation_of_range(order3, 12) && is_permutation_of_range(order4, 12),
+           "a drawn seed is the same on every process: each sample once");
+    expect(order3 != order4, "set_seed(3) and set_seed(4) give different orders");
+    data::DataLoader fixed(ds, {.batch_size = 2, .shuffle = true, .seed = 9});
+    auto l3 = acc.prepare(fixed);
+    acc.set_seed(5);
+    data::DataLoader fixed_again(ds, {.batch_size = 2, .shuffle = true, .seed = 9});
+    auto l4 = acc.prepare(fixed_again);
+    expect(epoch_order(acc, *l3) == epoch_order(acc, *l4), "an explicit seed wins over set_seed");
+  }
+
+  // save_pretrained through the Accelerator: written once, readable on every process after.
+  {
+    nn::BertConfig cfg = nn::BertConfig::tiny(40);
+    cfg.num_hidden_layers = 1;
+    cfg.hidden_size = 16;
+    cfg.num_attention_heads = 2;
+    cfg.intermediate_size = 32;
+    cfg.max_position_embeddings = 16;
+    auto bert = acc.prepare(std::make_shared<nn::BertForSequenceClassification>(cfg));
+    const std::string out = dir + "/bert";
+    acc.unwrap_model(bert)->save_pretrained(out, {.is_main_process = acc.is_main_process(),
+                                                  .save_function = acc.save_function()});
+    expect(std::filesystem::exists(out + "/config.json") && std::filesystem::exists(out + "/model.safetensors"),
+           "save_pretrained has written when it returns, on every process");
+    auto loaded = nn::from_pretrained<nn::BertForSequenceClassification>(out);
+    expect(max_abs_diff(*loaded, *bert) == 0.0, "save_pretrained wrote the prepared model's weights");
+    const std::string own = dir + "/bert_of_process_" + std::to_string(rank);
+    bert->save_pretrained(own, {.is_main_process = acc.is_main_process()});
+    acc.wait_for_everyone();
+    expect(std::filesystem::exists(own + "/config.json") == acc.is_main_process(),
+           "without a save_function only the main process writes");
+    acc.save_model(bert, dir + "/bert_model");
+    expect(std::filesystem::exists(dir + "/bert_model/config.json"), "save_model takes the prepared handle");
+  }
+
+  // A prepared model's forward runs under the Accelerator's autocast, under DDP too.
+  {
+    Accelerator bf16({.mixed_precision = "bf16"});
+    auto model = make_mlp(41);
+    optim::SGD sgd(model->parameters(), {.lr = 0.1});
+    auto [m, o] = bf16.prepare(model, sgd);
+    auto [x, y] = batch_rows(0, 4 * R, 4 * rank, 4);
+    Tensor out = m->forward(x);
+    expect(out.dtype() == DType::bf16, "the prepared model's forward runs in bf16");
+    expect(!autocast_enabled(DeviceType::CPU), "autocast ends with the call");
+    bf16.backward(nn::functional::mse_loss(out, y));
+    o->step();
+    const std::vector<float> mine = flat_values(model->parameters());
+    Tensor all = bf16.gather(from_vector<float>(mine, {1, int64_t(mine.size())}));
+    bool identical = true;
+    for (int r = 1; r < R; ++r) identical = identical && all.select(0, r).to_vector<float>() == all.select(0, 0).to_vector<float>();
+    expect(identical && model->parameters()[0].dtype() == DType::f32, "DDP under autocast: f32 parameters agree");
+  }
+
+  acc.print("Process", rank, "of", R, "prints once");
+  acc.wait_for_everyone();
+  if (!failed) std::printf("structures ok\n");
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -379,8 +570,9 @@ int main(int argc, char** argv) {
     if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
     if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
     if (mode == "amp" && argc == 2) return run_amp();
+    if (mode == "structures" && argc == 3) return run_structures(argv[2]);
     std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
-                         "train <project> <out> <total> <stop_at> <resume> | amp\n");
+                         "train <project> <out> <total> <stop_at> <resume> | amp | structures <dir>\n");
     return 2;
   } catch (const std::exception& e) {
     std::printf("failed: %s\n", e.what());
