@@ -27,7 +27,8 @@ usage: bench/compare_bert_train.sh [options] [-- extra flags for both programs]
   --no-build         do not configure/build; the binary must already exist
   --timeout SEC      kill a run that takes longer (0 = never)               (0)
   --raw FILE         also append every JSON result line to FILE
-  --peer-python PATH interpreter for the PyTorch peer                       (/usr/bin/python3)
+  --peer-python PATH interpreter for the PyTorch peer (~/.cache/ember-peer/bin/python,
+                     installed by scripts/install_peer.sh)
   -h, --help         this text
 
 Flags after `--` (e.g. -- --vocab 8000 --seed 3) go to both programs unchanged.
@@ -39,7 +40,7 @@ EOF
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 configs=bert-mini tasks=mlm,cls dtypes=f32 threads_list=2
 batch=16 seq=128 warmup=3 steps=10 rounds=3 stat=best
-build_dir="$repo_root/build" ember_bin="" no_build=0 timeout_s=0 raw_file="" peer_python=/usr/bin/python3
+build_dir="$repo_root/build" ember_bin="" no_build=0 timeout_s=0 raw_file="" peer_python=${EMBER_PEER:-$HOME/.cache/ember-peer}/bin/python
 extra=()
 
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "compare_bert_train: $1 needs a value" >&2; exit 2; }; }
@@ -102,14 +103,14 @@ fi
 
 # ---- the PyTorch peer, exactly as shared/peer/README.md runs it, or a note why not
 peer_script="$repo_root/bench/bert_train_peer.py"
-peer_cmd=(env -u OPENBLAS_CORETYPE
+peer_cmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
           GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
           OMP_WAIT_POLICY=PASSIVE "$peer_python" "$peer_script")
 peer_ok=1 peer_note=""
 if [[ ! -x $peer_python ]]; then
-  peer_ok=0 peer_note="$peer_python not found"
+  peer_ok=0 peer_note="$peer_python not found (bash scripts/install_peer.sh installs the peer)"
 elif ! "$peer_python" -c 'import torch' >/dev/null 2>&1; then
-  peer_ok=0 peer_note="$peer_python cannot import torch (apt-get install python3-torch libopenblas0-pthread)"
+  peer_ok=0 peer_note="$peer_python cannot import torch (bash scripts/install_peer.sh installs the peer)"
 fi
 (( peer_ok )) || log "PyTorch peer skipped: $peer_note"
 

@@ -9,7 +9,7 @@ set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 config=bert-mini tasks=cls,mlm ranks=2 threads=1 batch=16 seq=128 warmup=3 steps=10 rounds=3
-build_dir="$repo_root/build" peer_python=/usr/bin/python3
+build_dir="$repo_root/build" peer_python=${EMBER_PEER:-$HOME/.cache/ember-peer}/bin/python
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config=$2; shift 2 ;;
@@ -32,7 +32,7 @@ ember_cli="$build_dir/bin/ember" bench_bin="$build_dir/bench/ddp_scaling"
 have_peer=0
 if "$peer_python" -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null; then have_peer=1; fi
 # PyTorch runs under the settings of the reference peer (see README_bert.md); Ember as it is.
-peer_env=(env -u OPENBLAS_CORETYPE
+peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 OMP_WAIT_POLICY=PASSIVE)
 
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | head -1; }

@@ -2,7 +2,8 @@
 # The test suite: installs dependencies, configures build/ (Release; tests, benchmarks and
 # examples all on, so everything keeps compiling), builds everything and runs every test with
 # CTest. Exits non-zero when anything fails to build, when a test fails, or when no tests exist.
-# Extra arguments go to ctest, e.g. `bash scripts/test.sh -R elementwise`.
+# Extra arguments go to ctest, e.g. `bash scripts/test.sh -R elementwise`. CTest writes a JUnit
+# report of the run to build/ctest-junit.xml (scripts/check_skips.py reads the skips from it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -24,4 +25,6 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_EXAMPLES=ON
 cmake --build build -j"$(nproc)"
 
-ctest --test-dir build --output-on-failure -j2 --timeout 300 --no-tests=error "$@"
+junit="$ROOT/build/ctest-junit.xml"
+rm -f "$junit"  # a failed run leaves no report of an earlier one behind
+ctest --test-dir build --output-on-failure -j2 --timeout 300 --no-tests=error --output-junit "$junit" "$@"
