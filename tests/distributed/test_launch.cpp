@@ -483,8 +483,11 @@ TEST_F(LaunchTest, SignalsToTheLauncherStopTheRanks) {
 // Runs `ember ARGS...` after `limits` (bash ulimit commands), as `user_prefix` says.
 Result ember_under_limits(const std::vector<std::string>& user_prefix, const std::string& limits,
                           const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
-  std::vector<std::string> argv = user_prefix;
-  argv.insert(argv.end(), {"/bin/bash", "-c", limits + " && exec \"$0\" \"$@\"", ember_cli()});
+  // The limits are set by a root shell, then the prefix (a change of user) runs `ember`: bash
+  // itself would drop an effective user that differs from its real one.
+  std::vector<std::string> argv = {"/bin/bash", "-c", limits + " && exec \"$0\" \"$@\""};
+  argv.insert(argv.end(), user_prefix.begin(), user_prefix.end());
+  argv.push_back(ember_cli());
   argv.insert(argv.end(), args.begin(), args.end());
   Child child(argv, env);
   return child.wait();
@@ -545,10 +548,13 @@ TEST_F(LaunchTest, TheOpenFileLimitIsCheckedBeforeForking) {
 }
 
 TEST_F(LaunchTest, TheProcessLimitIsCheckedBeforeForking) {
-  // The kernel does not hold root to RLIMIT_NPROC, and neither does the launcher: as root, the
-  // launcher runs as the unprivileged user nobody.
+  // The kernel does not hold root to RLIMIT_NPROC, and neither does the launcher. As root, the
+  // launcher runs with the real user nobody (the user the limit is counted for) and no
+  // capabilities, but keeps the effective user root, so it still reaches a checkout that only
+  // root may read (a clone under /root).
   std::vector<std::string> as_user;
-  if (::getuid() == 0) as_user = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  if (::getuid() == 0)
+    as_user = {"/usr/bin/setpriv", "--ruid=65534", "--inh-caps=-all", "--bounding-set=-all", "--"};
   const Result r = ember_under_limits(
       as_user, "ulimit -u 4", {"launch", "--num_processes", "8", target_program(), "--echo", "started"}, base_env());
   EXPECT_EQ(r.status, 1) << describe(r);
