@@ -1,5 +1,6 @@
 // `ember launch`: settings from defaults, then the config file, then flags; then the local
 // ranks are started with the rendezvous environment and supervised.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,9 +70,13 @@ LaunchRequest parse(const std::vector<std::string>& args) {
   return request;
 }
 
+// Checked as exec will check it: with the effective user, which differs from the real one under
+// a set-user-id wrapper or `setpriv --ruid`.
+bool may_execute(const std::string& path) { return ::faccessat(AT_FDCWD, path.c_str(), X_OK, AT_EACCESS) == 0; }
+
 bool is_executable_file(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && may_execute(path);
 }
 
 // A path is used as given; a bare name is looked up in PATH, then in the current directory.
@@ -79,7 +84,7 @@ std::string resolve_program(const std::string& program) {
   struct stat st {};
   if (program.find('/') != std::string::npos) {
     EMBER_CHECK(::stat(program.c_str(), &st) == 0, "ember launch: program '", program, "' does not exist");
-    EMBER_CHECK(S_ISREG(st.st_mode) && ::access(program.c_str(), X_OK) == 0, "ember launch: program '", program,
+    EMBER_CHECK(S_ISREG(st.st_mode) && may_execute(program), "ember launch: program '", program,
                 "' is not an executable file");
     return program;
   }
