@@ -26,7 +26,7 @@
 #include "core/device_api.h"
 #include "core/factory.h"
 #include "core/native/linalg.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "kernels/cuda/cublas_handles.h"
 
 using namespace ember;

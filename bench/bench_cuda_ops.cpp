@@ -44,7 +44,7 @@
 #include "core/native/nn_functional.h"
 #include "core/native/normalization.h"
 #include "core/native/reduce.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "kernels/cuda/cuda_runtime.h"
 
 using namespace ember;

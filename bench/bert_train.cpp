@@ -18,7 +18,7 @@
 
 #include "bench/bert_bench_model.h"
 #include "core/device_api.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 
 using namespace ember;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench/bert_bench_model.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "distributed/ddp.h"
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/progress.h"
+#include "tracking/progress.h"
 
 namespace bench {
 

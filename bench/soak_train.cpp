@@ -24,7 +24,7 @@
 #include <string>
 
 #include "../examples/sst2_common.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "nn/io/safetensors.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"

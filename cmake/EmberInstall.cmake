@@ -26,7 +26,7 @@ endif()
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ember/ DESTINATION ${EMBER_HEADER_ROOT}
         FILES_MATCHING PATTERN "*.h")
-set(EMBER_HEADER_ROOMS core autograd nn optim data distributed kernels/shared)
+set(EMBER_HEADER_ROOMS core autograd nn optim data tracking distributed accelerate kernels/shared)
 if(EMBER_CUDA)
   list(APPEND EMBER_HEADER_ROOMS kernels/cuda)
 endif()

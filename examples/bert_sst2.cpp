@@ -17,14 +17,14 @@
 #include <filesystem>
 #include <string>
 
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "data/dataloader.h"
 #include "data/length_grouped_sampler.h"
 #include "data/mlm_collator.h"
 #include "data/text_datasets.h"
-#include "distributed/plot/html_report.h"
-#include "distributed/plot/run_metrics.h"
-#include "distributed/tracking/tracker_group.h"
+#include "tracking/plot/html_report.h"
+#include "tracking/plot/run_metrics.h"
+#include "tracking/tracker_group.h"
 #include "ember/ember.h"
 #include "nn/models/bert.h"
 #include "nn/models/pretrained.h"
@@ -33,8 +33,8 @@
 #include "optim/sgd_adam.h"
 
 using namespace ember;
-using distributed::tracking::TrackerConfig;
-using distributed::tracking::TrackerGroup;
+using tracking::TrackerConfig;
+using tracking::TrackerGroup;
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "distributed/plot/html_report.h"
-#include "distributed/plot/run_metrics.h"
+#include "tracking/plot/html_report.h"
+#include "tracking/plot/run_metrics.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ember::plot;

@@ -1,6 +1,6 @@
 // libFuzzer target: distributed::LaunchConfig::load_yaml (the `ember config` file) on arbitrary
 // bytes. A file that loads must survive a save/load round trip unchanged.
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

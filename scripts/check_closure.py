@@ -56,6 +56,32 @@ UNLISTED_SYSTEM_DIR = re.compile(r"^/usr/local(/[^/]+)?$")
 MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
+def allowed_reason(path, real):
+    """Why UNOWNED_ALLOWED lets `path` (resolving to `real`) be used, or None."""
+    return next((why for prefix, why in UNOWNED_ALLOWED if path.startswith(prefix) or real.startswith(prefix)), None)
+
+
+# A machine may put `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin/nvcc: such a
+# wrapper is as allowed as the program it runs, and no more.
+EXEC_LINE = re.compile(r'^\s*exec\s+(/\S+)\s+"\$@"\s*$')
+
+
+def exec_wrapper_target(path):
+    """The absolute program a small shell wrapper `path` execs into, or None."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > 4096:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f.read().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        with open(path, "rb") as f:
+            if not f.read(2) == b"#!":
+                return None
+    except OSError:
+        return None
+    found = EXEC_LINE.match(lines[0]) if len(lines) == 1 else None
+    return found.group(1) if found else None
+
+
 class Unusable(Exception):
     """The build directory cannot be checked (exit status 2)."""
 
@@ -569,7 +595,10 @@ def main():
         outside[uses.kinds[path]] = outside.get(uses.kinds[path], 0) + 1
         owned = hop_owners(dpkg, path)
         if not owned:
-            reason = next((why for prefix, why in UNOWNED_ALLOWED if path.startswith(prefix) or real.startswith(prefix)), None)
+            reason = allowed_reason(path, real)
+            target = exec_wrapper_target(real) if reason is None else None
+            if target is not None and allowed_reason(target, os.path.realpath(target)):
+                reason = allowed_reason(target, os.path.realpath(target)) + ", through a wrapper script"
             if reason:
                 allowed[reason] = allowed.get(reason, 0) + 1
             elif os.path.isdir(real) and UNLISTED_SYSTEM_DIR.match(real):

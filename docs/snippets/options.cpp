@@ -1,6 +1,6 @@
 // Accelerator(...) options next to Accelerate's constructor arguments and kwargs handlers
 // (docs/accelerate_mapping.md). Options are designated initialisers of AcceleratorOptions, in
-// the order the struct declares them (distributed/accelerator.h lists it; out of order, they do
+// the order the struct declares them (accelerate/accelerator.h lists it; out of order, they do
 // not compile). The program builds each set and prints a summary.
 #include <ember/accelerate.h>
 #include <ember/ember.h>

@@ -8,18 +8,18 @@
 //     o->step(); s->step(); o->zero_grad();
 //   }
 //
-// See distributed/accelerator.h and docs/accelerate_semantics.md.
+// See accelerate/accelerator.h and docs/accelerate_semantics.md.
 #pragma once
 
 #include "ember/ember.h"
 
-#include "distributed/accelerated_dataloader.h"
-#include "distributed/accelerated_model.h"
-#include "distributed/accelerated_optimizer.h"
-#include "distributed/accelerated_scheduler.h"
-#include "distributed/accelerator.h"
-#include "distributed/accelerator_state.h"
-#include "distributed/checkpointing.h"
+#include "accelerate/accelerated_dataloader.h"
+#include "accelerate/accelerated_model.h"
+#include "accelerate/accelerated_optimizer.h"
+#include "accelerate/accelerated_scheduler.h"
+#include "accelerate/accelerator.h"
+#include "accelerate/accelerator_state.h"
+#include "accelerate/checkpointing.h"
 #include "distributed/ddp.h"
 #include "distributed/operations.h"
 

@@ -12,7 +12,7 @@
 #include "core/grad_mode.h"
 #include "core/ops.h"
 #include "core/parallel.h"
-#include "core/progress.h"
+#include "tracking/progress.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 

@@ -5,6 +5,9 @@
                                             outside the package list's closure fails, naming
                                             the file and the package; without it, it passes
     test_check_closure.py unowned-file      a cache entry naming a file no package owns fails
+    test_check_closure.py exec-wrapper      a compiler that is a one-line `exec PROGRAM "$@"` script
+                                            passes when PROGRAM is allowed (the CUDA toolkit) and
+                                            fails when PROGRAM is a stray file
     test_check_closure.py this-build DIR    the real build directory passes
 
 Exits 0 on success, 1 on failure, 77 (a skip) when every installed package is in the closure
@@ -138,6 +141,30 @@ def unowned_file():
     return 0
 
 
+def write_wrapper(path, target):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f'#!/bin/sh\nexec {target} "$@"\n')
+    os.chmod(path, 0o755)
+
+
+def exec_wrapper():
+    with tempfile.TemporaryDirectory(prefix="ember_closure_") as tmp:
+        to_cuda, to_stray = os.path.join(tmp, "nvcc"), os.path.join(tmp, "stray-cc")
+        write_wrapper(to_cuda, "/usr/local/cuda-13.0/bin/nvcc")
+        write_wrapper(to_stray, os.path.join(tmp, "hand-installed", "cc"))
+        rc, out = run(fake_build(os.path.join(tmp, "good"), {"CMAKE_MAKE_PROGRAM": "/usr/bin/ninja",
+                                                               "CMAKE_CUDA_COMPILER": to_cuda}))
+        if rc != 0:
+            fail(f"a wrapper that execs the CUDA toolkit's nvcc should pass, got exit status {rc}", out)
+        rc, out = run(fake_build(os.path.join(tmp, "bad"), {"CMAKE_MAKE_PROGRAM": "/usr/bin/ninja",
+                                                              "CMAKE_CUDA_COMPILER": to_stray}))
+        if rc != 1 or not any(to_stray in line and "is owned by no Debian package" in line
+                              for line in out.splitlines()):
+            fail(f"a wrapper that execs a stray program should fail naming {to_stray}, got {rc}", out)
+    print("ok")
+    return 0
+
+
 def this_build(build):
     rc, out = run(build)
     print(out)
@@ -152,6 +179,8 @@ def main():
         return outside_package()
     if mode == "unowned-file":
         return unowned_file()
+    if mode == "exec-wrapper":
+        return exec_wrapper()
     if mode == "this-build" and len(sys.argv) == 3:
         return this_build(sys.argv[2])
     print(__doc__)

@@ -10,7 +10,7 @@
 
 #include "bert_golden_support.h"
 #include "core/device_api.h"
-#include "distributed/accelerator.h"
+#include "accelerate/accelerator.h"
 #include "distributed/ddp.h"
 #include "distributed/hash_store.h"
 #include "nn/functional.h"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ddp_test_model.h"
-#include "distributed/accelerator.h"
+#include "accelerate/accelerator.h"
 #include "optim/sgd_adam.h"
 #include "process_test_util.h"
 #include "test_util.h"

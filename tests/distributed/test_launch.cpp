@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "process_test_util.h"
 #include "test_util.h"
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "data/tsv_dataset.h"
 #include "data/wordpiece_tokenizer.h"
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "nn/io/json_config.h"
 #include "nn/io/safetensors.h"
 #include "nn/models/bert_config.h"

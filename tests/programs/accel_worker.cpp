@@ -1,4 +1,4 @@
-// One process of an Accelerator job, started by tests/distributed/test_accelerator_processes.cpp
+// One process of an Accelerator job, started by tests/accelerate/test_accelerator_processes.cpp
 // (directly with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, through `ember launch`, or with no
 // environment at all for a single process):
 //
@@ -31,10 +31,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "../distributed/ddp_test_model.h"
+#include "ddp_test_model.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
-#include "distributed/accelerator.h"
+#include "accelerate/accelerator.h"
 #include "nn/models/pretrained.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"

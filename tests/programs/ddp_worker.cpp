@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "../distributed/ddp_test_model.h"
+#include "ddp_test_model.h"
 #include "distributed/process_group_gloo.h"
 #include "distributed/tcp_store.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "core/progress.h"
+#include "tracking/progress.h"
 
 int main(int argc, char** argv) {
   int64_t steps = 5;

@@ -1,4 +1,4 @@
-// One process of a tracked job, started by tests/distributed/test_tracking.cpp with
+// One process of a tracked job, started by tests/tracking/test_tracking.cpp with
 // RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT:
 //
 //   tracking_worker <dir>   log_with "all", project_dir <dir>/rank<process index>; init_trackers
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "distributed/accelerator.h"
+#include "accelerate/accelerator.h"
 
 using namespace ember::distributed;
 

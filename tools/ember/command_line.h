@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 
 namespace ember::cli {
 

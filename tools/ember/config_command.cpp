@@ -8,7 +8,7 @@
 #include "command_line.h"
 #include "core/device_api.h"
 #include "core/error.h"
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "subcommands.h"
 
 namespace ember::cli {

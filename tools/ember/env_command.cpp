@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/cpu_features.h"
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "subcommands.h"
 #include "version.h"
 

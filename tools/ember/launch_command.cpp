@@ -12,7 +12,7 @@
 
 #include "command_line.h"
 #include "core/error.h"
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 #include "launch_limits.h"
 #include "rank_supervisor.h"
 #include "subcommands.h"
@@ -104,7 +104,7 @@ std::string resolve_program(const std::string& program) {
 }
 
 // The ranks write into pipes, so a progress bar cannot see the user's terminal by itself: the
-// main rank is told (EMBER_PROGRESS=tty, see core/progress.h) when the launcher's stderr is one
+// main rank is told (EMBER_PROGRESS=tty, see tracking/progress.h) when the launcher's stderr is one
 // and the user has not chosen a progress mode.
 bool main_rank_draws_on_terminal() {
   const char* chosen = std::getenv("EMBER_PROGRESS");

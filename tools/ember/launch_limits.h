@@ -2,7 +2,7 @@
 // forked, so a request that cannot fit fails at once, naming the limit and what to change,
 // instead of forking ranks until the kernel refuses one and then stopping all those started.
 #pragma once
-#include "distributed/launch_config.h"
+#include "accelerate/launch_config.h"
 
 namespace ember::cli {
 

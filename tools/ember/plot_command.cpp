@@ -4,7 +4,7 @@
 
 #include "command_line.h"
 #include "core/error.h"
-#include "distributed/plot/html_report.h"
+#include "tracking/plot/html_report.h"
 #include "subcommands.h"
 
 namespace ember::cli {

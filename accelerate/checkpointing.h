@@ -1,0 +1,154 @@
+// save_state / load_state on disk: everything a training run needs to continue exactly where
+// it stopped, in one directory per checkpoint (Accelerate's layout, Ember's file formats):
+//
+//   model.safetensors, model_1.safetensors, ...          prepared models (main process)
+//   optimizer.safetensors, optimizer_1.safetensors, ...  optimizer state (main process)
+//   scheduler.safetensors, ...                           scheduler state (main process)
+//   custom_checkpoint.safetensors, custom_checkpoint_1.safetensors, ...  register_for_checkpointing objects
+//   scaler.safetensors                                   fp16 loss scaler (main process)
+//   random_states_<rank>.json                            each process's generator state
+//   accelerator_state.json                               world size, loader positions, counters
+//
+// State that is not a tensor is stored as scalars in the safetensors metadata.
+//
+// Writing is atomic for the whole directory: the files go into a hidden temporary directory
+// next to the target, each one flushed to disk, and only when every process finished is the
+// directory renamed into place (an older checkpoint of the same name is replaced only then, by an
+// atomic exchange of the two directories where the filesystem supports RENAME_EXCHANGE; else by
+// two renames, and a crash between them leaves the old one as ".<name>.old", which load_state
+// reads and the next save_state puts back). A crash or a full disk during save_state leaves
+// every earlier checkpoint loadable under its name; a failed save reports the file it could not
+// write and removes its temporary directory.
+// All processes must see the same filesystem (one machine, or a shared one).
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/rng.h"
+#include "accelerate/accelerated_dataloader.h"
+#include "accelerate/accelerator_state.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace ember::distributed {
+
+// The saved form of any object: named tensors and named numbers.
+struct ObjectState {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+};
+
+// What register_for_checkpointing stores: anything that can give and take an ObjectState.
+class Checkpointable {
+ public:
+  virtual ~Checkpointable() = default;
+  virtual ObjectState state_dict() const = 0;
+  virtual void load_state_dict(const ObjectState& state) = 0;
+};
+
+namespace detail {
+
+template <typename S>
+ObjectState to_object_state(S&& s) {
+  using D = std::decay_t<S>;
+  ObjectState out;
+  if constexpr (std::is_same_v<D, ObjectState>) {
+    out = std::forward<S>(s);
+  } else if constexpr (std::is_same_v<D, optim::OptimizerStateDict>) {
+    out.tensors = s.tensors;
+    out.scalars = s.scalars;
+  } else if constexpr (std::is_same_v<D, std::map<std::string, Tensor>>) {
+    out.tensors = s;
+  } else if constexpr (std::is_same_v<D, std::map<std::string, double>>) {
+    out.scalars = s;
+  } else {
+    static_assert(sizeof(D) == 0,
+                  "register_for_checkpointing: state_dict() must return std::map<std::string, Tensor>, "
+                  "std::map<std::string, double>, optim::OptimizerStateDict or distributed::ObjectState");
+  }
+  return out;
+}
+
+template <typename S>
+S from_object_state(const ObjectState& s) {
+  if constexpr (std::is_same_v<S, ObjectState>) {
+    return s;
+  } else if constexpr (std::is_same_v<S, optim::OptimizerStateDict>) {
+    return optim::OptimizerStateDict{s.tensors, s.scalars};
+  } else if constexpr (std::is_same_v<S, std::map<std::string, Tensor>>) {
+    return s.tensors;
+  } else {
+    return s.scalars;
+  }
+}
+
+// Adapts an object with state_dict() / load_state_dict() (held by pointer; the caller keeps it
+// alive, or the shared_ptr does).
+template <typename T>
+class CheckpointableAdapter : public Checkpointable {
+ public:
+  explicit CheckpointableAdapter(std::shared_ptr<T> obj) : obj_(std::move(obj)) {}
+  ObjectState state_dict() const override { return to_object_state(obj_->state_dict()); }
+  void load_state_dict(const ObjectState& state) override {
+    using S = std::decay_t<decltype(obj_->state_dict())>;
+    if constexpr (std::is_same_v<S, std::map<std::string, Tensor>> && std::is_base_of_v<nn::Module, T>) {
+      obj_->load_state_dict(from_object_state<S>(state), /*strict=*/true);
+    } else {
+      obj_->load_state_dict(from_object_state<S>(state));
+    }
+  }
+
+ private:
+  std::shared_ptr<T> obj_;
+};
+
+}  // namespace detail
+
+// One checkpoint as this process writes or reads it.
+struct CheckpointPayload {
+  std::vector<nn::StateDict> models;  // written by the main process only
+  std::vector<ObjectState> optimizers;
+  std::vector<ObjectState> schedulers;
+  std::vector<ObjectState> custom;
+  std::vector<LoaderPosition> dataloaders;
+  std::optional<ObjectState> scaler;  // the loss scaler's state (fp16 only)
+  GeneratorState rng;                 // this process's
+  int64_t accumulation_step = 0;      // micro-steps into the current accumulation window
+  int64_t save_iteration = 0;         // automatic naming: the number of this checkpoint
+};
+
+// Writes `payload` as the checkpoint directory `dir` (a collective: every process calls it; the
+// main process writes the shared files, each process its generator state). Any process's
+// failure raises the same ember::Error on every process, and `dir` is then left as it was.
+void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, const AcceleratorState& state);
+
+// Reads checkpoint `dir` for this process. Raises ember::Error naming the directory when it is
+// missing or incomplete, or was written by a different number of processes.
+CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state);
+
+// Raises ember::Error naming `file` when `saved` does not fit `model`: missing or unexpected
+// keys, or different shapes.
+void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved);
+
+// The loss scaler's file in a checkpoint directory.
+inline constexpr const char* kScalerFileName = "scaler.safetensors";
+
+// Checkpoint files: the model, optimizer, ... file name for object `index` of `kind`
+// ("model" -> model.safetensors, model_1.safetensors, ...).
+std::string checkpoint_file_name(const std::string& kind, size_t index);
+
+// Automatic naming under a project: <project_dir>/checkpoints/checkpoint_<n>.
+std::string checkpoints_root(const std::string& project_dir);
+std::string checkpoint_dir_name(int64_t iteration);
+// Complete checkpoints under `root`, oldest (lowest number) first, as (number, path).
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root);
+// Removes the oldest checkpoints until at most `total_limit` remain (no-op for total_limit < 0).
+// Returns the removed paths.
+std::vector<std::string> rotate_checkpoints(const std::string& root, int total_limit);
+
+}  // namespace ember::distributed
