@@ -13,11 +13,12 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "distributed/operations.h"
-#include "tracking/plot/html_report.h"
+#include "distributed/overflow_agreement.h"
 #include "nn/io/safetensors.h"
 #include "nn/models/bert.h"
 #include "nn/models/pretrained.h"
 #include "optim/clip_grad.h"
+#include "tracking/plot/html_report.h"
 
 namespace fs = std::filesystem;
 
@@ -64,7 +65,7 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   gradient_state_->set_sync_with_dataloader(options_.sync_with_dataloader);
   // One scaler for every optimizer, agreeing on overflows across processes.
   if (options_.mixed_precision == "fp16")
-    scaler_ = std::make_shared<optim::GradScaler>(options_.scaler, state_->process_group().get());
+    scaler_ = std::make_shared<optim::GradScaler>(options_.scaler, agree_on_overflow(state_->process_group().get()));
   if (options_.seed) set_seed(*options_.seed);
 }
 

@@ -9,7 +9,6 @@
 #include "core/grad_mode.h"
 #include "core/native/amp.h"
 #include "core/ops.h"
-#include "distributed/process_group.h"
 
 namespace ember::optim {
 
@@ -33,9 +32,9 @@ void check_factors(const char* where, double growth_factor, double backoff_facto
 
 }  // namespace
 
-GradScaler::GradScaler(GradScalerOptions options, distributed::ProcessGroup* group)
+GradScaler::GradScaler(GradScalerOptions options, OverflowAgreement agree)
     : scale_(options.init_scale), growth_factor_(options.growth_factor), backoff_factor_(options.backoff_factor),
-      growth_interval_(options.growth_interval), enabled_(options.enabled), group_(group) {
+      growth_interval_(options.growth_interval), enabled_(options.enabled), agree_(std::move(agree)) {
   check_scale("GradScaler: init_scale", options.init_scale);
   check_factors("GradScaler", growth_factor_, backoff_factor_, growth_interval_);
   scale_ = as_f32(scale_);
@@ -67,13 +66,11 @@ bool GradScaler::unscale_grads(Optimizer& opt) {
     }
   double found = 0.0;
   for (const auto& [device, flag] : flags) found = std::max(found, flag.item<double>());
-  if (group_ != nullptr && group_->size() > 1) {
-    // NCCL reduces device memory; every other backend reduces host memory.
-    const Device where = group_->backend_name() == "nccl" ? opt.param_groups().front().params.front().device()
-                                                          : Device::cpu();
-    Tensor any = full({1}, found, {DType::f32, where});
-    group_->allreduce(any, distributed::ReduceOp::Max)->wait();
-    found = any.item<double>();
+  if (agree_) {
+    const auto& groups = opt.param_groups();
+    const Device grads_device = !groups.empty() && !groups.front().params.empty()
+                                    ? groups.front().params.front().device() : Device::cpu();
+    return agree_(found != 0.0, grads_device);
   }
   return found != 0.0;
 }

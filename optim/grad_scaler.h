@@ -17,22 +17,27 @@
 //
 // Unscaling and the inf/NaN check are one pass over each gradient (native::amp_unscale_).
 // Gradients of any floating dtype are unscaled in place (PyTorch refuses f16 gradients here;
-// keep parameters in f32 and they never are). With a process group, the verdict "some
-// gradient was not finite" is all-reduced (max) before it is used, so an overflow on one rank
-// skips the update on every rank and the replicas stay identical.
+// keep parameters in f32 and they never are). In data-parallel training the verdict "some
+// gradient was not finite" must be the same on every rank, so that an overflow on one rank
+// skips the update on every rank and the replicas stay identical: whoever runs the ranks
+// passes an OverflowAgreement (distributed::agree_on_overflow all-reduces the flag), and the
+// scaler uses what it returns instead of its own verdict.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "core/device.h"
 #include "optim/optimizer.h"
 
-namespace ember::distributed {
-class ProcessGroup;
-}
-
 namespace ember::optim {
+
+// Turns this process's verdict (some gradient of the optimizer was inf/NaN) into the job's.
+// `grads_device` is where the optimizer's gradients live, for a collective that wants the
+// flag on that device. Every rank calls it in the same order.
+using OverflowAgreement = std::function<bool(bool found_inf_here, Device grads_device)>;
 
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16
@@ -45,9 +50,9 @@ struct GradScalerOptions {
 
 class GradScaler {
  public:
-  // `group`, when given, must outlive the scaler; every rank then calls unscale_/step in the
-  // same order (the found-inf flag is a collective).
-  explicit GradScaler(GradScalerOptions options = {}, distributed::ProcessGroup* group = nullptr);
+  // `agree`, when given, is called with every unscale's verdict; with a collective behind it,
+  // every rank calls unscale_/step in the same order.
+  explicit GradScaler(GradScalerOptions options = {}, OverflowAgreement agree = {});
 
   // loss * get_scale() (the loss itself when disabled).
   Tensor scale(const Tensor& loss) const;
@@ -94,7 +99,7 @@ class GradScaler {
   int64_t growth_interval_;
   bool enabled_;
   int64_t growth_tracker_ = 0;
-  distributed::ProcessGroup* group_;
+  OverflowAgreement agree_;
   std::map<const Optimizer*, OptimizerState> states_;  // this iteration's, cleared by update()
 };
 

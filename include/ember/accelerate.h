@@ -22,6 +22,7 @@
 #include "accelerate/checkpointing.h"
 #include "distributed/ddp.h"
 #include "distributed/operations.h"
+#include "distributed/overflow_agreement.h"
 
 namespace ember {
 

@@ -12,7 +12,6 @@
 #include "core/grad_mode.h"
 #include "core/ops.h"
 #include "core/parallel.h"
-#include "tracking/progress.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -48,3 +47,8 @@
 #include "data/text_datasets.h"
 #include "data/tsv_dataset.h"
 #include "data/wordpiece_tokenizer.h"
+
+// Tracking: metrics to JSONL and TensorBoard, the run report, progress bars
+#include "tracking/plot/html_report.h"
+#include "tracking/progress.h"
+#include "tracking/tracker_group.h"

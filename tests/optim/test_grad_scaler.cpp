@@ -9,6 +9,7 @@
 
 #include "core/autocast.h"
 #include "core/native/amp.h"
+#include "distributed/overflow_agreement.h"
 #include "distributed/process_group.h"
 #include "kernels/reference/amp.h"
 #include "optim/grad_scaler.h"
@@ -359,7 +360,7 @@ class PeerFlagGroup : public distributed::ProcessGroup {
 TEST(GradScaler, AnOverflowOnAnotherRankSkipsTheStepHereToo) {
   OneParam m;
   PeerFlagGroup peer_overflowed(1.0);
-  optim::GradScaler scaler({.init_scale = 4.0}, &peer_overflowed);
+  optim::GradScaler scaler({.init_scale = 4.0}, distributed::agree_on_overflow(&peer_overflowed));
   m.set_grad({4.0f, 4.0f});  // finite here
   EXPECT_FALSE(scaler.step(m.sgd));
   EXPECT_EQ(peer_overflowed.calls, 1);
@@ -369,7 +370,7 @@ TEST(GradScaler, AnOverflowOnAnotherRankSkipsTheStepHereToo) {
   EXPECT_EQ(scaler.get_scale(), 2.0);
 
   PeerFlagGroup peer_clean(0.0);
-  optim::GradScaler agreeing({.init_scale = 4.0}, &peer_clean);
+  optim::GradScaler agreeing({.init_scale = 4.0}, distributed::agree_on_overflow(&peer_clean));
   m.set_grad({4.0f, 4.0f});
   EXPECT_TRUE(agreeing.step(m.sgd));
   EXPECT_EQ(m.value(), (std::vector<float>{0.0f, 1.0f}));
@@ -377,6 +378,28 @@ TEST(GradScaler, AnOverflowOnAnotherRankSkipsTheStepHereToo) {
   agreeing.update();
   EXPECT_FALSE(agreeing.step(m.sgd));
   EXPECT_EQ(peer_clean.calls, 2);
+}
+
+TEST(GradScaler, TheAgreementSeesTheLocalVerdictAndDecides) {
+  OneParam m;
+  std::vector<bool> seen;
+  bool verdict = true;
+  optim::GradScaler scaler({.init_scale = 4.0}, [&](bool found_inf_here, Device grads_device) {
+    seen.push_back(found_inf_here);
+    EXPECT_TRUE(grads_device.is_cpu());
+    return verdict;
+  });
+  m.set_grad({4.0f, 4.0f});
+  EXPECT_FALSE(scaler.step(m.sgd));  // clean here, overflowed elsewhere: skipped
+  EXPECT_EQ(m.value(), (std::vector<float>{1.0f, 2.0f}));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 2.0);
+  verdict = false;
+  m.set_grad({1.0f, float(kInf)});
+  EXPECT_TRUE(scaler.step(m.sgd));  // the agreement has the last word, as a collective would
+  EXPECT_EQ(seen, (std::vector<bool>{false, true}));
+  // A group of one needs no agreement.
+  EXPECT_FALSE(bool(distributed::agree_on_overflow(nullptr)));
 }
 
 // ---- training under f16 autocast

@@ -35,6 +35,7 @@
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "accelerate/accelerator.h"
+#include "distributed/overflow_agreement.h"
 #include "nn/models/pretrained.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
@@ -310,7 +311,7 @@ int run_amp() {
   {
     auto p = from_vector<float>({1.0f, 2.0f}).requires_grad_();
     optim::SGD sgd({p}, {.lr = 1.0});
-    optim::GradScaler scaler({.init_scale = 8.0}, acc.process_group());
+    optim::GradScaler scaler({.init_scale = 8.0}, distributed::agree_on_overflow(acc.process_group()));
     p.set_grad(from_vector<float>({8.0f, overflows_here ? kInf : 8.0f}));
     const bool stepped = scaler.step(sgd);
     scaler.update();
