@@ -60,9 +60,17 @@ LoaderPosition AcceleratedDataLoader::state() const {
   return {epoch_, position_, seed};
 }
 
-void AcceleratedDataLoader::restore(const LoaderPosition& p) {
+void AcceleratedDataLoader::validate_state(const LoaderPosition& p) const {
   EMBER_CHECK(p.epoch >= 0 && p.position >= 0, "AcceleratedDataLoader: cannot resume at epoch ", p.epoch,
               ", batch ", p.position);
+  // state() stores the end of an epoch as the start of the next, so a saved position is
+  // always inside its epoch.
+  EMBER_CHECK(p.position == 0 || p.position < size(), "AcceleratedDataLoader: cannot resume at batch ", p.position,
+              " of epoch ", p.epoch, ": an epoch has ", size(), " batches on this process");
+}
+
+void AcceleratedDataLoader::restore(const LoaderPosition& p) {
+  validate_state(p);
   // A drawn seed comes back with the position; a seed given in the options wins.
   const data::Sampler& sampler = shard_.sampler();
   if (p.seed && sampler.seed_was_drawn() && sampler.seed() != p.seed) use_seed(*p.seed);

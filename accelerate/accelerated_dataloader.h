@@ -19,8 +19,8 @@
 #include <memory>
 #include <optional>
 
-#include "data/shard.h"
 #include "accelerate/accelerator_state.h"
+#include "data/shard.h"
 
 namespace ember::distributed {
 
@@ -54,7 +54,11 @@ class AcceleratedDataLoader {
 
   // Checkpointing: a position at the end of an epoch is stored as the start of the next one.
   LoaderPosition state() const;
+  // Checked first (validate_state): a refused position changes nothing.
   void restore(const LoaderPosition& p);
+  // Raises ember::Error unless `p` is a position this loader can resume at: epoch >= 0 and
+  // 0 <= position < size() (position 0 always).
+  void validate_state(const LoaderPosition& p) const;
   // Shuffles from `seed` from now on (the sampler's with_seed); an error for a sampler without
   // a seed.
   void use_seed(uint64_t seed);

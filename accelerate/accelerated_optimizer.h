@@ -46,6 +46,7 @@ class AcceleratedOptimizer {
   const std::vector<optim::ParamGroup>& param_groups() const { return optimizer_->param_groups(); }
   optim::OptimizerStateDict state_dict() const { return optimizer_->state_dict(); }
   void load_state_dict(const optim::OptimizerStateDict& sd) { optimizer_->load_state_dict(sd); }
+  void validate_state_dict(const optim::OptimizerStateDict& sd) const { optimizer_->validate_state_dict(sd); }
 
   optim::Optimizer& optimizer() { return *optimizer_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }

@@ -33,6 +33,7 @@ class AcceleratedScheduler {
   std::vector<double> get_last_lr() const { return scheduler_->get_last_lr(); }
   std::map<std::string, double> state_dict() const { return scheduler_->state_dict(); }
   void load_state_dict(const std::map<std::string, double>& sd) { scheduler_->load_state_dict(sd); }
+  void validate_state_dict(const std::map<std::string, double>& sd) const { scheduler_->validate_state_dict(sd); }
 
   optim::LRScheduler& scheduler() { return *scheduler_; }
   const optim::LRScheduler& scheduler() const { return *scheduler_; }

@@ -15,8 +15,7 @@
 #include "distributed/operations.h"
 #include "distributed/overflow_agreement.h"
 #include "nn/io/safetensors.h"
-#include "nn/models/bert.h"
-#include "nn/models/pretrained.h"
+#include "nn/models/pretrained_model.h"
 #include "optim/clip_grad.h"
 #include "tracking/plot/html_report.h"
 
@@ -30,23 +29,6 @@ std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;
   return std::string(v);
-}
-
-// save_model: a BERT model goes out in the Hugging Face directory format.
-bool save_if_bert(const nn::Module& model, const std::string& dir) {
-  if (auto* m = dynamic_cast<const nn::BertForSequenceClassification*>(&model)) {
-    nn::save_pretrained(*m, m->config, dir, "BertForSequenceClassification");
-    return true;
-  }
-  if (auto* m = dynamic_cast<const nn::BertForMaskedLM*>(&model)) {
-    nn::save_pretrained(*m, m->config, dir, "BertForMaskedLM");
-    return true;
-  }
-  if (auto* m = dynamic_cast<const nn::BertModel*>(&model)) {
-    nn::save_pretrained(*m, m->config, dir, "BertModel");
-    return true;
-  }
-  return false;
 }
 
 bool same_directory(fs::path a, fs::path b) {
@@ -410,7 +392,12 @@ void Accelerator::on_main_process(const std::string& what, const std::function<v
 void Accelerator::save_model(const nn::Module& model, const std::string& dir) {
   on_main_process("save_model", [&] {
     fs::create_directories(dir);
-    if (!save_if_bert(model, dir)) nn::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "pt"}});
+    // A model that knows its Hugging Face config saves itself (config.json + weights).
+    if (const auto* pretrained = dynamic_cast<const nn::PretrainedModel*>(&model)) {
+      pretrained->save_pretrained(dir);
+    } else {
+      nn::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "pt"}});
+    }
   });
 }
 
@@ -490,61 +477,18 @@ std::string Accelerator::load_state(const std::string& dir) {
   std::vector<std::shared_ptr<nn::Module>> models = models_;
   for (auto& [id, hook] : *load_hooks_) hook(models, in);
 
-  CheckpointPayload saved = read_checkpoint(in, *state_);
-  auto count_check = [&](const char* what, size_t have, size_t prepared) {
-    EMBER_CHECK(have == prepared, "load_state: '", in, "' holds ", have, " ", what, " but ", prepared,
-                " were prepared (or registered) in this program");
-  };
-  count_check("models", saved.models.size(), models.size());
-  count_check("optimizers", saved.optimizers.size(), optimizers_.size());
-  count_check("schedulers", saved.schedulers.size(), schedulers_.size());
-  count_check("registered objects", saved.custom.size(), custom_.size());
-  count_check("data loaders", saved.dataloaders.size(), dataloaders_.size());
-  const std::string prefix = (fs::path(in) / "").string();
-  auto with_file = [&](const std::string& file, const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      EMBER_FAIL("load_state: ", file, ": ", e.what());
-    }
-  };
-  // Everything is checked before anything changes.
-  for (size_t i = 0; i < models.size(); ++i)
-    check_model_state(prefix + checkpoint_file_name("model", i), *models[i], saved.models[i]);
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const auto& groups = optimizers_[i]->param_groups();
-    const auto& scalars = saved.optimizers[i].scalars;
-    size_t saved_groups = 0;
-    while (scalars.count("group." + std::to_string(saved_groups) + ".num_params")) ++saved_groups;
-    EMBER_CHECK(saved_groups == groups.size(), "load_state: ", prefix, checkpoint_file_name("optimizer", i), " holds ",
-                saved_groups, " parameter groups but optimizer ", i, " has ", groups.size());
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto n = int64_t(scalars.at("group." + std::to_string(g) + ".num_params"));
-      EMBER_CHECK(n == int64_t(groups[g].params.size()), "load_state: ", prefix, checkpoint_file_name("optimizer", i),
-                  " has ", n, " parameters in group ", g, " but optimizer ", i, " has ", groups[g].params.size());
-    }
-  }
-  if (scaler_ && scaler_->is_enabled()) {
-    EMBER_CHECK(saved.scaler.has_value(), "load_state: ", prefix, kScalerFileName,
-                " is missing: the checkpoint was saved without fp16 loss scaling, but this Accelerator uses "
-                "mixed_precision 'fp16' and needs the scaler's state");
-    // A scratch scaler proves the state loads before anything changes.
-    optim::GradScaler probe(options_.scaler);
-    with_file(prefix + kScalerFileName, [&] { probe.load_state_dict(saved.scaler->scalars); });
-  }
-
-  for (size_t i = 0; i < models.size(); ++i) models[i]->load_state_dict(saved.models[i], /*strict=*/true);
-  for (size_t i = 0; i < optimizers_.size(); ++i)
-    with_file(prefix + checkpoint_file_name("optimizer", i), [&] {
-      optimizers_[i]->load_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
-    });
-  for (size_t i = 0; i < schedulers_.size(); ++i)
-    with_file(prefix + checkpoint_file_name("scheduler", i), [&] { schedulers_[i]->load_state_dict(saved.schedulers[i].scalars); });
-  for (size_t i = 0; i < custom_.size(); ++i)
-    with_file(prefix + checkpoint_file_name("custom_checkpoint", i), [&] { custom_[i]->load_state_dict(saved.custom[i]); });
-  if (scaler_ && saved.scaler) scaler_->load_state_dict(saved.scaler->scalars);
-  for (size_t i = 0; i < dataloaders_.size(); ++i) dataloaders_[i]->restore(saved.dataloaders[i]);
-  default_generator().set_state(saved.rng);
+  CheckpointTargets targets;
+  for (const auto& m : models) targets.models.push_back(m.get());
+  for (const auto& o : optimizers_) targets.optimizers.push_back(&o->optimizer());
+  for (const auto& s : schedulers_) targets.schedulers.push_back(&s->scheduler());
+  for (const auto& c : custom_) targets.custom.push_back(c.get());
+  for (const auto& l : dataloaders_) targets.dataloaders.push_back(l.get());
+  targets.scaler = scaler_.get();
+  targets.scaler_options = options_.scaler;
+  // Two phases: every file of the checkpoint is read and checked on every process, and only
+  // when all of them accepted does anything change.
+  const CheckpointPayload saved = read_and_validate_checkpoint(in, targets, *state_);
+  apply_checkpoint(saved, targets, *state_);
   step_ = saved.accumulation_step;
   if (!options_.project_dir.empty() && same_directory(fs::path(in).parent_path(), checkpoints_root(options_.project_dir)))
     save_iteration_ = saved.save_iteration + 1;

@@ -55,22 +55,23 @@
 #include <utility>
 #include <vector>
 
-#include "core/autocast.h"
-#include "core/error.h"
-#include "data/dataloader.h"
 #include "accelerate/accelerated_dataloader.h"
 #include "accelerate/accelerated_model.h"
 #include "accelerate/accelerated_optimizer.h"
 #include "accelerate/accelerated_scheduler.h"
 #include "accelerate/accelerator_state.h"
 #include "accelerate/checkpointing.h"
+#include "core/autocast.h"
+#include "core/error.h"
+#include "core/removable_handle.h"
+#include "data/dataloader.h"
 #include "distributed/ddp.h"
 #include "distributed/operations.h"
-#include "tracking/tracker_group.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "tracking/tracker_group.h"
 
 namespace ember::distributed {
 
@@ -130,18 +131,7 @@ using tracking::TrackerConfig;
 using tracking::TrackerValue;
 
 // Removes a registered hook when remove() is called (destroying the handle keeps the hook).
-class RemovableHandle {
- public:
-  RemovableHandle() = default;
-  explicit RemovableHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
-  void remove() {
-    if (remover_) remover_();
-    remover_ = nullptr;
-  }
-
- private:
-  std::function<void()> remover_;
-};
+using ember::RemovableHandle;
 
 namespace detail {
 
@@ -446,8 +436,9 @@ class Accelerator {
   void set_seed(uint64_t seed, bool device_specific = false);
 
   // ---- saving
-  // Weights for inference: a BERT model as config.json + model.safetensors (Hugging Face
-  // format), any other model as model.safetensors of its state_dict. Main process writes;
+  // Weights for inference: an nn::PretrainedModel (the BERT models) through its
+  // save_pretrained, as config.json + model.safetensors (Hugging Face format), any other model
+  // as model.safetensors of its state_dict. Main process writes;
   // every process returns once it is written. Takes the handle prepare() returned, any
   // shared_ptr to the model, or the model itself.
   void save_model(const nn::Module& model, const std::string& dir);
@@ -473,9 +464,11 @@ class Accelerator {
   // (fp16) and the registered objects. Empty `dir`: <project_dir>/checkpoints/checkpoint_<n> (n counts up from 0, or from
   // the loaded checkpoint), keeping at most total_limit of them. Returns the directory.
   std::string save_state(const std::string& dir = "");
-  // Restores a save_state directory (empty: the latest automatic checkpoint). Raises
-  // ember::Error naming the file and the mismatch when it does not fit what was prepared.
-  // Returns the directory loaded.
+  // Restores a save_state directory (empty: the latest automatic checkpoint) in two phases:
+  // every file is read and checked against what was prepared on every process, then, only if
+  // all processes accepted it, everything is applied. Raises ember::Error naming the file and
+  // the field when it does not fit, with nothing changed on any process. Returns the
+  // directory loaded.
   std::string load_state(const std::string& dir = "");
   // The number the next automatic checkpoint gets.
   int64_t save_iteration() const { return save_iteration_; }

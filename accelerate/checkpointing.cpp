@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "distributed/operations.h"
 #include "nn/io/atomic_file.h"
 #include "nn/io/safetensors.h"
@@ -234,6 +236,32 @@ void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, 
   }
 }
 
+namespace {
+
+// Fields of the checkpoint's JSON files, each error naming the file and the field.
+const nlohmann::json& json_field(const nlohmann::json& obj, const char* key, const std::string& file,
+                                 const std::string& field) {
+  EMBER_CHECK(obj.is_object() && obj.contains(key), "load_state: ", file, ": '", field, "' is missing");
+  return obj.at(key);
+}
+
+uint64_t json_unsigned(const nlohmann::json& obj, const char* key, const std::string& file, const std::string& field) {
+  const nlohmann::json& v = json_field(obj, key, file, field);
+  EMBER_CHECK(v.is_number_unsigned(), "load_state: ", file, ": '", field, "' is ", v.dump(),
+              ", expected a non-negative integer");
+  return v.get<uint64_t>();
+}
+
+int64_t json_count(const nlohmann::json& obj, const char* key, const std::string& file, const std::string& field) {
+  const uint64_t v = json_unsigned(obj, key, file, field);
+  EMBER_CHECK(v <= uint64_t(INT64_MAX), "load_state: ", file, ": '", field, "' is ", v, ", which is out of range");
+  return int64_t(v);
+}
+
+CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::json& meta, const AcceleratorState& state);
+
+}  // namespace
+
 CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state) {
   fs::path root = normalized(dir);
   if (!fs::is_directory(root)) {
@@ -244,67 +272,220 @@ CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState
   }
   EMBER_CHECK(fs::is_directory(root), "load_state: checkpoint directory '", dir, "' does not exist");
   const std::string s = root.string() + "/";
-  EMBER_CHECK(fs::exists(s + kStateFile), "load_state: '", root.string(), "' is not a complete checkpoint (",
-              kStateFile, " is missing)");
-  const nlohmann::json meta = read_json(s + kStateFile);
-  CheckpointPayload out;
+  const std::string meta_file = s + kStateFile;
+  EMBER_CHECK(fs::exists(meta_file), "load_state: '", root.string(), "' is not a complete checkpoint (", kStateFile,
+              " is missing)");
+  const nlohmann::json meta = read_json(meta_file);
+  EMBER_CHECK(meta.is_object(), "load_state: ", meta_file, " is not a JSON object");
   try {
-    EMBER_CHECK(meta.value("format", std::string()) == kFormat, "load_state: ", s, kStateFile,
-                " has format '", meta.value("format", std::string()), "', expected '", kFormat, "'");
-    const int saved_world = meta.at("num_processes").get<int>();
-    const int rng_files = count_rng_files(root);
-    EMBER_CHECK(saved_world == state.num_processes() && rng_files == saved_world, "load_state: '", root.string(),
-                "' was saved by ", saved_world, " process", saved_world == 1 ? "" : "es", " (", rng_files,
-                " random_states_<rank>.json file", rng_files == 1 ? "" : "s", ") but this job has ",
-                state.num_processes(), " process", state.num_processes() == 1 ? "" : "es",
-                "; resume with the same number of processes");
-    for (size_t i = 0; i < meta.at("models").get<size_t>(); ++i) {
-      const std::string file = s + checkpoint_file_name("model", i);
-      EMBER_CHECK(fs::exists(file), "load_state: ", file, " is missing");
-      out.models.push_back(nn::load_safetensors(file));
-    }
-    for (size_t i = 0; i < meta.at("optimizers").get<size_t>(); ++i)
-      out.optimizers.push_back(load_object_state(s + checkpoint_file_name("optimizer", i)));
-    for (size_t i = 0; i < meta.at("schedulers").get<size_t>(); ++i)
-      out.schedulers.push_back(load_object_state(s + checkpoint_file_name("scheduler", i)));
-    for (size_t i = 0; i < meta.at("custom_objects").get<size_t>(); ++i)
-      out.custom.push_back(load_object_state(s + checkpoint_file_name("custom_checkpoint", i)));
-    // Checkpoints written before loss scaling existed have no "scaler" entry: no scaler.
-    if (meta.value("scaler", false)) out.scaler = load_object_state(s + kScalerFileName);
-    for (const auto& p : meta.at("dataloaders")) {
-      LoaderPosition pos{p.at("epoch").get<int64_t>(), p.at("position").get<int64_t>()};
-      if (p.contains("seed")) pos.seed = p.at("seed").get<uint64_t>();
-      out.dataloaders.push_back(pos);
-    }
-    out.accumulation_step = meta.at("accumulation_step").get<int64_t>();
-    out.save_iteration = meta.at("save_iteration").get<int64_t>();
-    const std::string rng_file = s + rng_file_name(state.process_index());
-    EMBER_CHECK(fs::exists(rng_file), "load_state: ", rng_file, " is missing");
-    const nlohmann::json rng = read_json(rng_file);
-    out.rng.seed = rng.at("seed").get<uint64_t>();
-    out.rng.offset = rng.at("offset").get<uint64_t>();
+    return read_checkpoint_files(root, meta, state);
   } catch (const nlohmann::json::exception& e) {
     EMBER_FAIL("load_state: '", root.string(), "' has a malformed entry: ", e.what());
   }
+}
+
+namespace {
+
+CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::json& meta, const AcceleratorState& state) {
+  const std::string s = root.string() + "/";
+  const std::string meta_file = s + kStateFile;
+  CheckpointPayload out;
+  out.source = root.string();
+  EMBER_CHECK(meta.value("format", std::string()) == kFormat, "load_state: ", meta_file, " has format '",
+              meta.value("format", std::string()), "', expected '", kFormat, "'");
+  const int64_t saved_world = json_count(meta, "num_processes", meta_file, "num_processes");
+  EMBER_CHECK(saved_world == state.num_processes(), "load_state: '", root.string(), "' was saved by ", saved_world,
+              " process", saved_world == 1 ? "" : "es", " but this job has ", state.num_processes(), " process",
+              state.num_processes() == 1 ? "" : "es", "; resume with the same number of processes");
+  const int rng_files = count_rng_files(root);
+  const std::string rng_file = s + rng_file_name(state.process_index());
+  EMBER_CHECK(fs::exists(rng_file), "load_state: ", rng_file, " is missing (every process that saved the checkpoint",
+              " writes its random_states_<rank>.json)");
+  EMBER_CHECK(rng_files == saved_world, "load_state: '", root.string(), "' holds ", rng_files,
+              " random_states_<rank>.json files but was saved by ", saved_world, " process",
+              saved_world == 1 ? "" : "es");
+
+  for (int64_t i = 0; i < json_count(meta, "models", meta_file, "models"); ++i) {
+    const std::string file = s + checkpoint_file_name("model", size_t(i));
+    EMBER_CHECK(fs::exists(file), "load_state: ", file, " is missing");
+    out.models.push_back(nn::load_safetensors(file));
+  }
+  for (int64_t i = 0; i < json_count(meta, "optimizers", meta_file, "optimizers"); ++i)
+    out.optimizers.push_back(load_object_state(s + checkpoint_file_name("optimizer", size_t(i))));
+  for (int64_t i = 0; i < json_count(meta, "schedulers", meta_file, "schedulers"); ++i)
+    out.schedulers.push_back(load_object_state(s + checkpoint_file_name("scheduler", size_t(i))));
+  for (int64_t i = 0; i < json_count(meta, "custom_objects", meta_file, "custom_objects"); ++i)
+    out.custom.push_back(load_object_state(s + checkpoint_file_name("custom_checkpoint", size_t(i))));
+  // Checkpoints written before loss scaling existed have no "scaler" entry: no scaler.
+  if (meta.contains("scaler")) {
+    EMBER_CHECK(meta.at("scaler").is_boolean(), "load_state: ", meta_file, ": 'scaler' is ", meta.at("scaler").dump(),
+                ", expected true or false");
+    if (meta.at("scaler").get<bool>()) out.scaler = load_object_state(s + kScalerFileName);
+  }
+  const nlohmann::json& loaders = json_field(meta, "dataloaders", meta_file, "dataloaders");
+  EMBER_CHECK(loaders.is_array(), "load_state: ", meta_file, ": 'dataloaders' is not a list");
+  for (size_t i = 0; i < loaders.size(); ++i) {
+    const std::string field = "dataloaders[" + std::to_string(i) + "]";
+    const nlohmann::json& p = loaders[i];
+    LoaderPosition pos{json_count(p, "epoch", meta_file, field + ".epoch"),
+                       json_count(p, "position", meta_file, field + ".position")};
+    if (p.contains("seed")) pos.seed = json_unsigned(p, "seed", meta_file, field + ".seed");
+    out.dataloaders.push_back(pos);
+  }
+  out.accumulation_step = json_count(meta, "accumulation_step", meta_file, "accumulation_step");
+  out.save_iteration = json_count(meta, "save_iteration", meta_file, "save_iteration");
+
+  const nlohmann::json rng = read_json(rng_file);
+  if (rng.is_object() && rng.contains("rank"))
+    EMBER_CHECK(rng.at("rank").is_number_integer() && rng.at("rank").get<int64_t>() == state.process_index(),
+                "load_state: ", rng_file, ": 'rank' is ", rng.at("rank").dump(), ", expected ", state.process_index());
+  out.rng.seed = json_unsigned(rng, "seed", rng_file, "seed");
+  out.rng.offset = json_unsigned(rng, "offset", rng_file, "offset");
   return out;
+}
+
+}  // namespace
+
+void Checkpointable::validate_state_dict(const ObjectState& state) const {
+  const ObjectState mine = state_dict();
+  for (const auto& [k, t] : mine.tensors)
+    EMBER_CHECK(state.tensors.count(k), "missing tensor '", k, "' (the registered object's state_dict() has it)");
+  for (const auto& [k, v] : mine.scalars)
+    EMBER_CHECK(state.scalars.count(k), "missing scalar '", k, "' (the registered object's state_dict() has it)");
+}
+
+namespace {
+
+// Runs `fn`, naming `file` in any error it raises (of any exception type).
+void in_file(const std::string& file, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    EMBER_FAIL("load_state: ", file, ": ", e.what());
+  }
+}
+
+// Checks `saved` against `targets`; raises naming the file and the field, changes nothing.
+void validate_payload(const CheckpointPayload& saved, const CheckpointTargets& t) {
+  const std::string prefix = saved.source + "/";
+  const std::string meta_file = prefix + kStateFile;
+  auto count_check = [&](const char* what, size_t have, size_t prepared) {
+    EMBER_CHECK(have == prepared, "load_state: '", saved.source, "' holds ", have, " ", what, " but ", prepared,
+                " were prepared (or registered) in this program (", meta_file, ")");
+  };
+  count_check("models", saved.models.size(), t.models.size());
+  count_check("optimizers", saved.optimizers.size(), t.optimizers.size());
+  count_check("schedulers", saved.schedulers.size(), t.schedulers.size());
+  count_check("registered objects", saved.custom.size(), t.custom.size());
+  count_check("data loaders", saved.dataloaders.size(), t.dataloaders.size());
+  for (size_t i = 0; i < t.models.size(); ++i)
+    check_model_state(prefix + checkpoint_file_name("model", i), *t.models[i], saved.models[i]);
+  for (size_t i = 0; i < t.optimizers.size(); ++i)
+    in_file(prefix + checkpoint_file_name("optimizer", i), [&] {
+      t.optimizers[i]->validate_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
+    });
+  for (size_t i = 0; i < t.schedulers.size(); ++i)
+    in_file(prefix + checkpoint_file_name("scheduler", i), [&] {
+      EMBER_CHECK(saved.schedulers[i].tensors.empty(), "unexpected tensor '", saved.schedulers[i].tensors.begin()->first,
+                  "' (a scheduler's state is scalars)");
+      t.schedulers[i]->validate_state_dict(saved.schedulers[i].scalars);
+    });
+  for (size_t i = 0; i < t.custom.size(); ++i)
+    in_file(prefix + checkpoint_file_name("custom_checkpoint", i), [&] { t.custom[i]->validate_state_dict(saved.custom[i]); });
+  for (size_t i = 0; i < t.dataloaders.size(); ++i)
+    in_file(meta_file, [&] {
+      try {
+        t.dataloaders[i]->validate_state(saved.dataloaders[i]);
+      } catch (const std::exception& e) {
+        EMBER_FAIL("dataloaders[", i, "]: ", e.what());
+      }
+    });
+  if (t.scaler && t.scaler->is_enabled()) {
+    EMBER_CHECK(saved.scaler.has_value(), "load_state: ", prefix, kScalerFileName,
+                " is missing: the checkpoint was saved without fp16 loss scaling, but this Accelerator uses "
+                "mixed_precision 'fp16' and needs the scaler's state");
+    // A scratch scaler proves the state loads before anything changes.
+    optim::GradScaler probe(t.scaler_options);
+    in_file(prefix + kScalerFileName, [&] { probe.load_state_dict(saved.scaler->scalars); });
+  }
+}
+
+// A registered object's state as it was, its tensors copied (a module's state_dict aliases its
+// parameters, which loading overwrites in place).
+ObjectState snapshot(const Checkpointable& c) {
+  ObjectState s = c.state_dict();
+  for (auto& [k, t] : s.tensors)
+    if (t.defined()) t = t.clone();
+  return s;
+}
+
+}  // namespace
+
+CheckpointPayload read_and_validate_checkpoint(const std::string& dir, const CheckpointTargets& targets,
+                                               const AcceleratorState& state) {
+  CheckpointPayload saved;
+  all_or_nothing(state, "load_state", [&] {
+    saved = read_checkpoint(dir, state);
+    validate_payload(saved, targets);
+  });
+  return saved;
+}
+
+void apply_checkpoint(const CheckpointPayload& saved, const CheckpointTargets& t, const AcceleratorState& state) {
+  const std::string prefix = saved.source + "/";
+  // Objects whose loading is their own code go first, so that a refusal there can still be
+  // undone: the ones already loaded get their earlier state back.
+  std::vector<ObjectState> before;
+  for (const Checkpointable* c : t.custom) before.push_back(snapshot(*c));
+  size_t loaded = 0;
+  try {
+    all_or_nothing(state, "load_state", [&] {
+      for (; loaded < t.custom.size(); ++loaded)
+        in_file(prefix + checkpoint_file_name("custom_checkpoint", loaded),
+                [&] { t.custom[loaded]->load_state_dict(saved.custom[loaded]); });
+    });
+  } catch (...) {
+    // The object that refused may be half loaded: it is put back too.
+    for (size_t i = 0; i < std::min(loaded + 1, t.custom.size()); ++i) {
+      try {
+        t.custom[i]->load_state_dict(before[i]);
+      } catch (...) {
+        // The error that stopped the load is the one to report.
+      }
+    }
+    throw;
+  }
+  for (size_t i = 0; i < t.models.size(); ++i) t.models[i]->load_state_dict(saved.models[i], /*strict=*/true);
+  for (size_t i = 0; i < t.optimizers.size(); ++i)
+    t.optimizers[i]->load_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
+  for (size_t i = 0; i < t.schedulers.size(); ++i) t.schedulers[i]->load_state_dict(saved.schedulers[i].scalars);
+  if (t.scaler && saved.scaler) t.scaler->load_state_dict(saved.scaler->scalars);
+  for (size_t i = 0; i < t.dataloaders.size(); ++i) t.dataloaders[i]->restore(saved.dataloaders[i]);
+  default_generator().set_state(saved.rng);
 }
 
 void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved) {
   const nn::StateDict mine = model.state_dict();
-  std::vector<std::string> missing, unexpected, shapes;
+  std::vector<std::string> missing, unexpected, shapes, dtypes;
   for (const auto& [k, t] : mine) {
     auto it = saved.find(k);
     if (it == saved.end()) {
       missing.push_back(k);
+    } else if (!it->second.defined()) {
+      shapes.push_back(k + " is undefined in the checkpoint");
     } else if (it->second.shape() != t.shape()) {
       std::ostringstream os;
       os << k << " is " << it->second.shape() << " in the checkpoint but " << t.shape() << " in the model";
       shapes.push_back(os.str());
+    } else if (!nn::loadable_dtype(it->second.dtype(), t.dtype())) {
+      std::ostringstream os;
+      os << k << " is " << it->second.dtype() << " in the checkpoint but " << t.dtype() << " in the model";
+      dtypes.push_back(os.str());
     }
   }
   for (const auto& [k, t] : saved)
     if (!mine.count(k)) unexpected.push_back(k);
-  if (missing.empty() && unexpected.empty() && shapes.empty()) return;
+  if (missing.empty() && unexpected.empty() && shapes.empty() && dtypes.empty()) return;
   auto list = [](const std::vector<std::string>& v) {
     std::string out;
     const size_t shown = std::min<size_t>(v.size(), 8);
@@ -318,6 +499,11 @@ void check_model_state(const std::string& file, const nn::Module& model, const n
   if (!shapes.empty()) {
     msg += " shape mismatch:";
     for (size_t i = 0; i < shapes.size(); ++i) msg += (i ? ", " : " ") + shapes[i];
+    msg += ";";
+  }
+  if (!dtypes.empty()) {
+    msg += " dtype mismatch:";
+    for (size_t i = 0; i < dtypes.size(); ++i) msg += (i ? ", " : " ") + dtypes[i];
     msg += ";";
   }
   msg.pop_back();

@@ -29,10 +29,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/rng.h"
 #include "accelerate/accelerated_dataloader.h"
 #include "accelerate/accelerator_state.h"
+#include "core/rng.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
+#include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
 namespace ember::distributed {
@@ -49,6 +51,10 @@ class Checkpointable {
   virtual ~Checkpointable() = default;
   virtual ObjectState state_dict() const = 0;
   virtual void load_state_dict(const ObjectState& state) = 0;
+  // Raises ember::Error naming the key when load_state_dict(state) would be refused, changing
+  // nothing; load_state calls it on every object before it loads any. By default every tensor
+  // and scalar key of the object's current state_dict() must be present.
+  virtual void validate_state_dict(const ObjectState& state) const;
 };
 
 namespace detail {
@@ -102,6 +108,16 @@ class CheckpointableAdapter : public Checkpointable {
       obj_->load_state_dict(from_object_state<S>(state));
     }
   }
+  // The object's own validate_state_dict where it has one (modules, optimizers, schedulers),
+  // else the key check of Checkpointable.
+  void validate_state_dict(const ObjectState& state) const override {
+    using S = std::decay_t<decltype(obj_->state_dict())>;
+    if constexpr (requires(const T& t, const S& s) { t.validate_state_dict(s); }) {
+      obj_->validate_state_dict(from_object_state<S>(state));
+    } else {
+      Checkpointable::validate_state_dict(state);
+    }
+  }
 
  private:
   std::shared_ptr<T> obj_;
@@ -120,6 +136,18 @@ struct CheckpointPayload {
   GeneratorState rng;                 // this process's
   int64_t accumulation_step = 0;      // micro-steps into the current accumulation window
   int64_t save_iteration = 0;         // automatic naming: the number of this checkpoint
+  std::string source;                 // read_checkpoint: the directory the files were read from
+};
+
+// What load_state restores, in the Accelerator's order. Pointers are borrowed.
+struct CheckpointTargets {
+  std::vector<nn::Module*> models;
+  std::vector<optim::Optimizer*> optimizers;
+  std::vector<optim::LRScheduler*> schedulers;
+  std::vector<Checkpointable*> custom;
+  std::vector<AcceleratedDataLoader*> dataloaders;
+  optim::GradScaler* scaler = nullptr;      // the Accelerator's loss scaler, if any
+  optim::GradScalerOptions scaler_options;  // a scratch scaler with these checks the saved state
 };
 
 // Writes `payload` as the checkpoint directory `dir` (a collective: every process calls it; the
@@ -128,11 +156,26 @@ struct CheckpointPayload {
 void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, const AcceleratorState& state);
 
 // Reads checkpoint `dir` for this process. Raises ember::Error naming the directory when it is
-// missing or incomplete, or was written by a different number of processes.
+// missing or incomplete, or was written by a different number of processes, and the file and
+// field when an entry of accelerator_state.json or of this process's random_states_<rank>.json
+// is missing or out of range. Reading changes nothing.
 CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state);
 
+// load_state in two phases. The first reads checkpoint `dir` (read_checkpoint) and checks every
+// file against `targets` (counts, model keys/shapes/dtypes, each optimizer's, scheduler's,
+// scaler's and registered object's own validation, loader positions against the loaders),
+// changing nothing; errors name the file and the field. It is a collective: when any process
+// refuses, every process raises (the others naming the process that refused).
+CheckpointPayload read_and_validate_checkpoint(const std::string& dir, const CheckpointTargets& targets,
+                                               const AcceleratorState& state);
+// The second phase: restores a checkpoint the first phase accepted into `targets`, and this
+// process's generator. The registered objects' own load_state_dict runs first, agreed across
+// processes; if one still refuses, those already loaded are put back and every process raises
+// with nothing changed. What follows was fully checked and does not fail.
+void apply_checkpoint(const CheckpointPayload& saved, const CheckpointTargets& targets, const AcceleratorState& state);
+
 // Raises ember::Error naming `file` when `saved` does not fit `model`: missing or unexpected
-// keys, or different shapes.
+// keys, different shapes, or dtypes that cannot be converted (nn::loadable_dtype).
 void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved);
 
 // The loss scaler's file in a checkpoint directory.

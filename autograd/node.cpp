@@ -1,11 +1,32 @@
 #include "autograd/node.h"
 
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/native/copy.h"
 
 namespace ember::autograd {
 namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
+
+// The node whose backward runs on this thread, for SavedTensor's error.
+thread_local const Node* running_node = nullptr;
+
+struct RunningNodeScope {
+  const Node* previous;
+  explicit RunningNodeScope(const Node* n) : previous(running_node) { running_node = n; }
+  ~RunningNodeScope() { running_node = previous; }
+  RunningNodeScope(const RunningNodeScope&) = delete;
+  RunningNodeScope& operator=(const RunningNodeScope&) = delete;
+};
+
+bool still_registered(const TensorImpl& leaf, uint64_t id) {
+  for (const PostAccumulateHook& h : leaf.post_accumulate_hooks)
+    if (h.id == id) return true;
+  return false;
+}
 }
 
 Node::Node() : sequence_nr(next_sequence_nr++) {}
@@ -13,7 +34,24 @@ Node::Node() : sequence_nr(next_sequence_nr++) {}
 Tensors FunctionNode::apply(Tensors&& grads) {
   EMBER_CHECK(fn_ != nullptr, "backward: ", name_, " was already run and its saved tensors freed; "
               "call backward(grad, /*retain_graph=*/true) the first time to backward twice");
+  RunningNodeScope running(this);
   return fn_(grads);
+}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  tensor_ = t.detach();
+  version_ = t.version();
+}
+
+const Tensor& SavedTensor::unpack() const {
+  if (tensor_.defined() && tensor_.version() != version_) {
+    EMBER_FAIL("one of the variables needed for gradient computation has been modified by an inplace operation: ",
+               running_node ? running_node->name() : std::string("a backward formula"), " saved a tensor of shape ",
+               tensor_.shape(), " at version ", version_, ", and it is now at version ", tensor_.version(),
+               "; clone() it before the in-place change, or make the change after backward");
+  }
+  return tensor_;
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
@@ -39,7 +77,11 @@ Tensors AccumulateGrad::apply(Tensors&& grads) {
     NoGradGuard no_grad;
     acc.add_(g);
   }
-  for (auto& hook : leaf_->post_accumulate_hooks) hook(leaf);
+  // A snapshot, so a hook may register or remove hooks (itself included) while they run.
+  const std::vector<PostAccumulateHook> hooks = leaf_->post_accumulate_hooks;
+  for (const PostAccumulateHook& hook : hooks) {
+    if (still_registered(*leaf_, hook.id)) (*hook.fn)(leaf);
+  }
   return {};
 }
 

@@ -46,8 +46,9 @@ class Node {
 
 using BackwardFn = std::function<Tensors(const Tensors& grads)>;
 
-// A node whose backward is a closure. Closures must capture saved tensors detached
-// (`save(t)`) so the graph holds no reference cycles.
+// A node whose backward is a closure. Closures capture the tensors they need through
+// `save(t)` (a SavedTensor) and read them with unpack(), so the graph holds no reference
+// cycles and an in-place change after the forward is caught.
 class FunctionNode final : public Node {
  public:
   FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
@@ -79,7 +80,22 @@ bool needs_grad(const Tensors& inputs);
 Edge gradient_edge(const Tensor& t);
 // Attaches a new FunctionNode to `outputs`, with one next edge per input.
 void record(std::string name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn);
-// A saved tensor: same data, no history (avoids cycles output -> node -> output).
-inline Tensor save(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+// A tensor saved for backward: the same data without history (no cycle output -> node ->
+// output), and its storage's version when saved. Like PyTorch, unpack() refuses it once an
+// in-place op has written into that storage (through it or any view) since.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  bool defined() const { return tensor_.defined(); }
+  // The saved tensor (undefined when none was saved). An ember::Error naming the node whose
+  // backward is running, the tensor's shape and both versions when it was modified in place.
+  const Tensor& unpack() const;
+
+ private:
+  Tensor tensor_;
+  uint64_t version_ = 0;
+};
+inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
 
 }  // namespace ember::autograd

@@ -26,8 +26,8 @@
 #include "core/device_api.h"
 #include "core/factory.h"
 #include "core/native/linalg.h"
-#include "tracking/progress.h"
 #include "kernels/cuda/cublas_handles.h"
+#include "tracking/progress.h"
 
 using namespace ember;
 

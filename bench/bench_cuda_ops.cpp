@@ -44,8 +44,8 @@
 #include "core/native/nn_functional.h"
 #include "core/native/normalization.h"
 #include "core/native/reduce.h"
-#include "tracking/progress.h"
 #include "kernels/cuda/cuda_runtime.h"
+#include "tracking/progress.h"
 
 using namespace ember;
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "bench/bert_bench_model.h"
-#include "tracking/progress.h"
 #include "distributed/ddp.h"
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"
+#include "tracking/progress.h"
 
 using namespace ember;
 

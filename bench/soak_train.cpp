@@ -24,10 +24,10 @@
 #include <string>
 
 #include "../examples/sst2_common.h"
-#include "tracking/progress.h"
 #include "nn/io/safetensors.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"
+#include "tracking/progress.h"
 #include <ember/accelerate.h>
 
 using namespace ember;

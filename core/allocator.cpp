@@ -47,25 +47,41 @@ size_t CpuCachingAllocator::round_size(size_t n) {
     return p;
   }
   size_t p = size_t(1) << 20;
-  while (p * 2 <= n) p <<= 1;  // p <= n < 2p
+  while (p <= n / 2) p <<= 1;  // p <= n < 2p, without computing 2p past the top of size_t
   const size_t step = p / 8;
-  return (n + step - 1) / step * step;
+  return n / step * step + (n % step ? step : 0);
+}
+
+size_t CpuCachingAllocator::class_index(size_t rounded) {
+  const int k = 63 - __builtin_clzll(uint64_t(rounded));  // rounded = 2^k * (8 + j) / 8
+  if (rounded <= (size_t(1) << 20)) return size_t(k - 6);
+  const size_t j = (rounded - (size_t(1) << k)) / (size_t(1) << (k - 3));
+  return 14 + size_t(k - 20) * 8 + j;
+}
+
+size_t CpuCachingAllocator::class_size(size_t index) {
+  if (index <= 14) return size_t(64) << index;
+  const size_t k = 20 + (index - 14) / 8, j = (index - 14) % 8;
+  return (size_t(1) << k) + j * (size_t(1) << (k - 3));
 }
 
 void* CpuCachingAllocator::allocate(size_t nbytes) {
+  EMBER_CHECK(nbytes <= kMaxRequest, "CPU allocator: out of memory allocating ", nbytes, " bytes (",
+              double(nbytes) / (1 << 20), " MiB)");
   const size_t size = round_size(nbytes);
+  const size_t cls = class_index(size);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocations;
-    auto it = free_blocks_.find(size);
-    if (it != free_blocks_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    if (FreeBlock* b = free_lists_[cls]) {
+      EMBER_UNPOISON(b, sizeof(FreeBlock));
+      free_lists_[cls] = b->next;
       ++stats_.num_cache_hits;
       stats_.bytes_in_use += int64_t(size);
       stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-      EMBER_UNPOISON(p, nbytes);
-      return p;
+      EMBER_POISON(b, size);
+      EMBER_UNPOISON(b, nbytes);
+      return b;
     }
   }
   void* p = std::aligned_alloc(kAlignment, size);
@@ -83,12 +99,16 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
   return p;
 }
 
-void CpuCachingAllocator::deallocate(void* ptr, size_t nbytes) {
+void CpuCachingAllocator::deallocate(void* ptr, size_t nbytes) noexcept {
   if (!ptr) return;
   const size_t size = round_size(nbytes);
-  EMBER_POISON(ptr, size);
+  const size_t cls = class_index(size);
+  EMBER_UNPOISON(ptr, sizeof(FreeBlock));
+  auto* b = static_cast<FreeBlock*>(ptr);
   std::lock_guard<std::mutex> lock(mu_);
-  free_blocks_[size].push_back(ptr);
+  b->next = free_lists_[cls];
+  free_lists_[cls] = b;
+  EMBER_POISON(ptr, size);
   stats_.bytes_in_use -= int64_t(size);
 }
 
@@ -104,13 +124,15 @@ void CpuCachingAllocator::reset_peak() {
 
 void CpuCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* p : blocks) {
-      EMBER_UNPOISON(p, size);
-      std::free(p);
+  for (size_t cls = 0; cls < kNumClasses; ++cls) {
+    const size_t size = class_size(cls);
+    while (FreeBlock* b = free_lists_[cls]) {
+      EMBER_UNPOISON(b, sizeof(FreeBlock));
+      free_lists_[cls] = b->next;
+      EMBER_UNPOISON(b, size);
+      std::free(b);
+      stats_.bytes_reserved -= int64_t(size);
     }
-    stats_.bytes_reserved -= int64_t(size * blocks.size());
-    blocks.clear();
   }
 }
 

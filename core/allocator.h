@@ -1,12 +1,13 @@
 // Memory allocators. The CPU allocator caches freed blocks by size class and hands them
 // back on the next request of that class: a fresh 4 KiB page fault costs 12-16 us on the
 // machines we train on, so returning memory to the OS every step is slow.
+//
+// Freeing never allocates and never throws (deallocate is noexcept): it runs in destructors,
+// also while an out-of-memory error unwinds, where a throw would abort the process.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 #include "core/device.h"
 
@@ -27,25 +28,41 @@ class Allocator {
   // Memory on `device`, for allocators that serve several devices of their type (the CUDA one
   // serves every GPU); the others have one device and ignore it.
   virtual void* allocate_on(Device device, size_t nbytes) { return allocate(nbytes); }
-  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  // Must not allocate or throw: it runs in destructors, also during stack unwinding.
+  virtual void deallocate(void* ptr, size_t nbytes) noexcept = 0;
   virtual Device device() const = 0;
 };
 
 class CpuCachingAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 64;
+  // Raises ember::Error naming the size when the system has no memory left for it (after
+  // returning every cached block).
   void* allocate(size_t nbytes) override;
-  void deallocate(void* ptr, size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) noexcept override;
   Device device() const override { return Device::cpu(); }
   AllocatorStats stats() const;
   void reset_peak();
   void empty_cache();  // returns every cached (unused) block to the system
   // Size classes: powers of two up to 1 MiB, then eighths of a power of two (<= 12.5% waste).
   static size_t round_size(size_t nbytes);
+  // Requests above this are refused as out of memory (no system has that much), which keeps
+  // every size class below 2^63.
+  static constexpr size_t kMaxRequest = size_t(1) << 62;
 
  private:
+  // A cached block's first bytes link it to the next cached block of its class, so caching a
+  // freed block needs no memory of its own. Every class is a multiple of 64 bytes.
+  struct FreeBlock {
+    FreeBlock* next;
+  };
+  // Classes 64 B .. 1 MiB (15 powers of two), then eight per power of two up to kMaxRequest.
+  static constexpr size_t kNumClasses = 15 + 42 * 8;
+  static size_t class_index(size_t rounded);  // of a round_size result
+  static size_t class_size(size_t index);
+
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;
+  FreeBlock* free_lists_[kNumClasses] = {};
   AllocatorStats stats_;
 };
 

@@ -1,6 +1,8 @@
 // A block of memory shared by a tensor and all of its views.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -25,12 +27,18 @@ class Storage {
   Device device() const { return device_; }
   Allocator* allocator() const { return allocator_; }  // null for wrapped memory
 
+  // Counts the in-place writes into this memory (PyTorch's version counter). Every view shares
+  // it, so autograd can tell when a tensor it saved for backward was changed afterwards.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;  // null for wrapped memory
   std::function<void(void*)> deleter_;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace ember

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <vector>
 #include <sstream>
 
 #include "core/grad_mode.h"
@@ -69,10 +70,21 @@ void Tensor::set_grad(const Tensor& g) {
   checked()->grad = g.impl_ptr();
 }
 
-void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+RemovableHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
   EMBER_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook: only leaf tensors "
               "that require grad accumulate gradients");
-  checked()->post_accumulate_hooks.push_back(std::move(hook));
+  EMBER_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: empty hook");
+  TensorImpl* impl = checked();
+  const uint64_t id = impl->next_hook_id++;
+  impl->post_accumulate_hooks.push_back(
+      {id, std::make_shared<const std::function<void(const Tensor&)>>(std::move(hook))});
+  // Weak: a handle kept after the tensor is gone must not keep it alive.
+  std::weak_ptr<TensorImpl> weak = impl_;
+  return RemovableHandle([weak, id] {
+    if (auto alive = weak.lock()) {
+      std::erase_if(alive->post_accumulate_hooks, [id](const PostAccumulateHook& h) { return h.id == id; });
+    }
+  });
 }
 
 Tensor Tensor::detach() const {
@@ -157,17 +169,25 @@ std::string Tensor::str() const {
 }
 
 Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) EMBER_CHECK(s >= 0, "empty: negative size ", s, " in shape ", shape);
+  // "empty": the factories check under their own names first; other ops' outputs land here.
+  const size_t nbytes = nbytes_of(shape, dtype_size(dtype), "empty");
+  Shape strides = contiguous_strides(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
-  const int64_t n = numel_of(shape);
-  impl->storage = std::make_shared<Storage>(size_t(n) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(nbytes, device);
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = std::move(strides);
   impl->dtype = dtype;
   return Tensor(impl);
 }
 
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  // Every view op ends here, so no view can reach outside its storage, whatever sizes,
+  // strides or offsets it was asked for.
+  const int64_t extent = storage_extent(shape, strides, offset, "view");
+  const int64_t item = int64_t(dtype_size(base.dtype()));
+  const int64_t capacity = int64_t(base.impl()->storage->nbytes()) / item;
+  EMBER_CHECK(extent <= capacity, "view: a view of shape ", shape, " with strides ", strides, " at offset ",
+              offset, " needs ", extent, " elements but its storage holds ", capacity);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;
   impl->offset = offset;

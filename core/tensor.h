@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/removable_handle.h"
 #include "core/tensor_impl.h"
 
 namespace ember {
@@ -79,8 +80,16 @@ class Tensor {
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // shares storage, no history
   // Runs after a gradient has been accumulated into this leaf's .grad (DDP hangs its
-  // bucketed all-reduce here).
-  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  // bucketed all-reduce here). Hooks run in registration order; the handle's remove()
+  // unregisters this one (a hook removed by an earlier hook of the same pass does not run).
+  RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  // How many hooks are registered on this tensor and not removed.
+  size_t hook_count() const { return checked()->post_accumulate_hooks.size(); }
+  // The version counter of this tensor's storage, shared with all its views: every in-place
+  // write bumps it, and a backward that reads a saved tensor whose version moved is an error.
+  uint64_t version() const { return checked()->storage->version(); }
+  // For code that writes through data_ptr(): marks the storage as changed in place.
+  void bump_version() const { checked()->storage->bump_version(); }
 
   // ---- views (no copy) and copies
   Tensor view(const Shape& shape) const;
@@ -108,7 +117,7 @@ class Tensor {
   Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
 
   // ---- in-place (never recorded by autograd; refused on tensors that need grad while
-  // grad mode is on, except where noted)
+  // grad mode is on, except where noted). Each bumps version().
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype

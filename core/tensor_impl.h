@@ -16,6 +16,13 @@ namespace autograd {
 class Node;
 }
 
+// A hook run after a gradient has been accumulated into a leaf's .grad; `id` is what its
+// RemovableHandle removes.
+struct PostAccumulateHook {
+  uint64_t id = 0;
+  std::shared_ptr<const std::function<void(const Tensor&)>> fn;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -29,7 +36,8 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;                   // which output of grad_fn this is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
-  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
+  std::vector<PostAccumulateHook> post_accumulate_hooks;  // in registration order
+  uint64_t next_hook_id = 0;
 
   Device device() const { return storage->device(); }
   void* data() const {

@@ -102,7 +102,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                             options_.gradient_as_bucket_view});
 }
 
-DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::~DistributedDataParallel() {
+  // The parameters outlive this wrapper: leave no hook of ours on them.
+  if (reducer_) reducer_->remove_hooks();
+}
 
 void DistributedDataParallel::verify_same_model_on_all_ranks() {
   const std::vector<Entry> mine = describe(*model_);

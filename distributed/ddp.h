@@ -13,7 +13,7 @@
 //   }
 //
 // Construction is a collective: every rank must construct it, with the same parameters.
-// Destroying it removes its effect (the hooks it left on the parameters become no-ops).
+// Destroying it removes its hooks from the parameters, and with them its effect.
 #pragma once
 #include <memory>
 #include <string>

@@ -40,6 +40,7 @@ Reducer::Reducer(NamedParameters params, std::shared_ptr<ProcessGroup> pg, Reduc
 }
 
 Reducer::~Reducer() {
+  remove_hooks();
   // Outstanding collectives write into the bucket buffers; let them land first.
   for (auto& b : buckets_) {
     if (!b.work) continue;
@@ -91,11 +92,17 @@ void Reducer::build_buckets() {
 
 void Reducer::install_hooks() {
   std::weak_ptr<Reducer> weak = weak_from_this();
+  hooks_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].tensor.register_post_accumulate_grad_hook([weak, i](const Tensor&) {
+    hooks_.push_back(params_[i].tensor.register_post_accumulate_grad_hook([weak, i](const Tensor&) {
       if (auto r = weak.lock()) r->on_gradient_ready(i);
-    });
+    }));
   }
+}
+
+void Reducer::remove_hooks() {
+  for (RemovableHandle& h : hooks_) h.remove();
+  hooks_.clear();
 }
 
 Tensor Reducer::slot(const Param& p) const {

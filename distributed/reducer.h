@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/removable_handle.h"
 #include "distributed/process_group.h"
 
 namespace ember::distributed {
@@ -47,10 +48,12 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
 
   // Builds the buckets and installs a post-accumulate-grad hook on every parameter. The hooks
-  // hold only a weak reference: once the Reducer is gone they do nothing.
+  // hold only a weak reference to the Reducer, and destroying it removes them.
   static std::shared_ptr<Reducer> create(NamedParameters params, std::shared_ptr<ProcessGroup> pg,
                                          ReducerOptions options);
   ~Reducer();
+  // Removes the hooks from the parameters (idempotent); after it, backward leaves gradients local.
+  void remove_hooks();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
@@ -107,6 +110,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   ReducerOptions options_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
+  std::vector<RemovableHandle> hooks_;  // one per parameter
 
   bool sync_ = true;
   bool pass_active_ = false;

@@ -17,20 +17,20 @@
 #include <filesystem>
 #include <string>
 
-#include "tracking/progress.h"
 #include "data/dataloader.h"
 #include "data/length_grouped_sampler.h"
 #include "data/mlm_collator.h"
 #include "data/text_datasets.h"
-#include "tracking/plot/html_report.h"
-#include "tracking/plot/run_metrics.h"
-#include "tracking/tracker_group.h"
 #include "ember/ember.h"
 #include "nn/models/bert.h"
 #include "nn/models/pretrained.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"
+#include "tracking/plot/html_report.h"
+#include "tracking/plot/run_metrics.h"
+#include "tracking/progress.h"
+#include "tracking/tracker_group.h"
 
 using namespace ember;
 using tracking::TrackerConfig;

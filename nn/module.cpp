@@ -186,21 +186,44 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-LoadReport Module::load_state_dict(const StateDict& state, bool strict) {
+bool loadable_dtype(DType saved, DType target) {
+  return saved == target || (is_floating(saved) && is_floating(target));
+}
+
+LoadReport Module::validate_state_dict(const StateDict& state, bool strict) const {
   LoadReport report;
-  StateDict mine = state_dict();
-  for (auto& [name, t] : mine)
+  const StateDict mine = state_dict();
+  for (const auto& [name, t] : mine)
     if (!state.count(name)) report.missing_keys.push_back(name);
-  for (auto& [name, t] : state)
+  for (const auto& [name, t] : state)
     if (!mine.count(name)) report.unexpected_keys.push_back(name);
   EMBER_CHECK(!strict || report.ok(), "load_state_dict (", type_name_, "): ", report.str());
-  NoGradGuard ng;
-  for (auto& [name, dst] : mine) {
+  std::ostringstream mismatches;
+  for (const auto& [name, dst] : mine) {
     auto it = state.find(name);
     if (it == state.end()) continue;
-    EMBER_CHECK(it->second.shape() == dst.shape(), "load_state_dict (", type_name_, "): '", name,
-                "' has shape ", it->second.shape(), " in the checkpoint but ", dst.shape(), " in the model");
-    dst.copy_(it->second);
+    const Tensor& src = it->second;
+    if (!src.defined()) {
+      mismatches << "; '" << name << "' is undefined in the checkpoint";
+    } else if (src.shape() != dst.shape()) {
+      mismatches << "; '" << name << "' has shape " << src.shape() << " in the checkpoint but " << dst.shape()
+                 << " in the model";
+    } else if (!loadable_dtype(src.dtype(), dst.dtype())) {
+      mismatches << "; '" << name << "' has dtype " << src.dtype() << " in the checkpoint but " << dst.dtype()
+                 << " in the model";
+    }
+  }
+  const std::string found = mismatches.str();
+  EMBER_CHECK(found.empty(), "load_state_dict (", type_name_, "): ", found.substr(2), " (nothing was loaded)");
+  return report;
+}
+
+LoadReport Module::load_state_dict(const StateDict& state, bool strict) {
+  LoadReport report = validate_state_dict(state, strict);
+  NoGradGuard ng;
+  for (auto& [name, dst] : state_dict()) {
+    auto it = state.find(name);
+    if (it != state.end()) dst.copy_(it->second);
   }
   return report;
 }

@@ -66,9 +66,14 @@ class Module {
 
   // Every parameter and persistent buffer, by full name (tied weights appear under each name).
   StateDict state_dict() const;
-  // Copies values in (shapes must match; dtype converted). strict: missing or unexpected keys
-  // are an ember::Error listing them; otherwise they are returned in the report.
+  // Copies values in. Every key, shape and dtype is checked before anything is copied, so a
+  // refused dict leaves the module untouched: shapes must match, and a dtype must match unless
+  // both are floating (then it is converted). strict: missing or unexpected keys are an
+  // ember::Error listing them; otherwise they are returned in the report.
   LoadReport load_state_dict(const StateDict& state, bool strict = true);
+  // The checks of load_state_dict alone: raises the same ember::Error (naming every key whose
+  // shape or dtype does not fit), changes nothing, and returns the key report.
+  LoadReport validate_state_dict(const StateDict& state, bool strict = true) const;
 
   int64_t num_parameters() const;
 
@@ -96,6 +101,10 @@ class Module {
   std::vector<std::string> non_persistent_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
+
+// Whether a saved tensor of dtype `saved` can be loaded into one of dtype `target`: equal, or
+// both floating (converted on load).
+bool loadable_dtype(DType saved, DType target);
 
 // Replaces the data behind `t` (storage, geometry, dtype) while keeping its identity, so every
 // handle to it sees the change. Autograd state (grad) is dropped when the dtype changes.

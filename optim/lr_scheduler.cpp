@@ -30,10 +30,19 @@ std::vector<double> LRScheduler::get_last_lr() const {
   return out;
 }
 
-void LRScheduler::load_state_dict(const std::map<std::string, double>& sd) {
+void LRScheduler::validate_state_dict(const std::map<std::string, double>& sd) const {
+  for (const auto& [k, v] : sd)
+    EMBER_CHECK(k == "step", "LRScheduler.load_state_dict: unexpected key '", k, "' (the state is 'step' only)");
   auto it = sd.find("step");
   EMBER_CHECK(it != sd.end(), "LRScheduler.load_state_dict: missing 'step'");
-  step_ = int64_t(it->second);
+  const double step = it->second;
+  EMBER_CHECK(std::isfinite(step) && step >= 0 && step == std::floor(step) && step < 9.0e15,
+              "LRScheduler.load_state_dict: 'step' is ", step, ", expected a non-negative integer");
+}
+
+void LRScheduler::load_state_dict(const std::map<std::string, double>& sd) {
+  validate_state_dict(sd);
+  step_ = int64_t(sd.at("step"));
   apply();
 }
 

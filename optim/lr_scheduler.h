@@ -2,8 +2,10 @@
 // multiplier of each group's initial lr is a function of the step count.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "optim/optimizer.h"
 
@@ -18,7 +20,12 @@ class LRScheduler {
   int64_t last_step() const { return step_; }
   std::vector<double> get_last_lr() const;
   std::map<std::string, double> state_dict() const { return {{"step", double(step_)}}; }
+  // Restores the step (and sets the lr it gives); the dict is checked first, so a refused one
+  // changes nothing.
   void load_state_dict(const std::map<std::string, double>& sd);
+  // Raises ember::Error naming the key, changing nothing, unless `sd` holds exactly "step", a
+  // non-negative integer.
+  void validate_state_dict(const std::map<std::string, double>& sd) const;
 
  private:
   void apply();

@@ -1,5 +1,9 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
 #include "core/grad_mode.h"
 
 namespace ember::optim {
@@ -69,41 +73,111 @@ OptimizerStateDict Optimizer::state_dict() const {
   return sd;
 }
 
+namespace {
+
+// A key of the flat state dict: "<kind>.<index>.<rest>".
+struct StateKey {
+  std::string kind;
+  int64_t index = -1;
+  std::string rest;
+};
+
+std::optional<StateKey> parse_key(const std::string& key) {
+  const size_t a = key.find('.');
+  if (a == std::string::npos) return std::nullopt;
+  const size_t b = key.find('.', a + 1);
+  if (b == std::string::npos || b == a + 1 || b + 1 == key.size()) return std::nullopt;
+  const std::string digits = key.substr(a + 1, b - a - 1);
+  if (digits.size() > 12 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return StateKey{key.substr(0, a), std::stoll(digits), key.substr(b + 1)};
+}
+
+bool is_count(double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v < 9.0e15; }
+
+bool is_floating_or_same(DType saved, DType target) {
+  return saved == target || (is_floating(saved) && is_floating(target));
+}
+
+}  // namespace
+
+void Optimizer::validate_state_dict(const OptimizerStateDict& sd) const {
+  const std::string who = name_ + ".load_state_dict";
+  size_t saved_groups = 0;
+  while (sd.scalars.count("group." + std::to_string(saved_groups) + ".num_params")) ++saved_groups;
+  EMBER_CHECK(saved_groups == groups_.size(), who, ": the saved state has ", saved_groups,
+              " parameter groups but this optimizer has ", groups_.size());
+  std::vector<const Tensor*> params;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const double n = sd.scalars.at("group." + std::to_string(gi) + ".num_params");
+    EMBER_CHECK(is_count(n) && int64_t(n) == int64_t(groups_[gi].params.size()), who, ": group ", gi, " has ",
+                groups_[gi].params.size(), " parameters but the saved state has ", n,
+                " ('group.", gi, ".num_params')");
+    for (const auto& p : groups_[gi].params) params.push_back(&p);
+  }
+  for (const auto& [key, v] : sd.scalars) {
+    const auto k = parse_key(key);
+    EMBER_CHECK(k && (k->kind == "group" || k->kind == "state"), who, ": unexpected key '", key, "'");
+    if (k->kind == "group") {
+      EMBER_CHECK(size_t(k->index) < groups_.size(), who, ": unexpected key '", key, "' (there are ", groups_.size(),
+                  " parameter groups)");
+      if (k->rest == "num_params") continue;
+      EMBER_CHECK(groups_[size_t(k->index)].options.count(k->rest), who, ": '", key, "' is not an option of ",
+                  name_);
+      EMBER_CHECK(std::isfinite(v), who, ": '", key, "' is ", v, ", expected a finite number");
+      EMBER_CHECK(k->rest != "lr" || v >= 0, who, ": '", key, "' is ", v, ", expected a learning rate >= 0");
+    } else {
+      EMBER_CHECK(k->rest == "step", who, ": unexpected key '", key, "' (per-parameter scalars are 'step' only)");
+      EMBER_CHECK(size_t(k->index) < params.size(), who, ": '", key, "' is for parameter ", k->index,
+                  " but this optimizer has ", params.size(), " parameters");
+      EMBER_CHECK(is_count(v), who, ": '", key, "' is ", v, ", expected a non-negative integer");
+    }
+  }
+  for (const auto& [key, t] : sd.tensors) {
+    const auto k = parse_key(key);
+    EMBER_CHECK(k && k->kind == "state", who, ": unexpected tensor '", key, "'");
+    EMBER_CHECK(size_t(k->index) < params.size(), who, ": state '", key, "' is for parameter ", k->index,
+                " but this optimizer has ", params.size(), " parameters");
+    EMBER_CHECK(sd.scalars.count("state." + std::to_string(k->index) + ".step"), who, ": state '", key,
+                "' has no 'state.", k->index, ".step'");
+    const Tensor& p = *params[size_t(k->index)];
+    EMBER_CHECK(t.defined(), who, ": state '", key, "' is undefined");
+    EMBER_CHECK(t.shape() == p.shape(), who, ": state '", key, "' has shape ", t.shape(), " but parameter ",
+                k->index, " has shape ", p.shape());
+    EMBER_CHECK(is_floating_or_same(t.dtype(), p.dtype()), who, ": state '", key, "' has dtype ", t.dtype(),
+                " but parameter ", k->index, " has dtype ", p.dtype());
+  }
+}
+
 void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
+  validate_state_dict(sd);
+  // Built aside first, so that nothing changes unless all of it could be made.
+  std::vector<std::map<std::string, double>> options;
+  std::map<const TensorImpl*, ParamState> state;
   int64_t index = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
     const std::string gp = "group." + std::to_string(gi) + ".";
-    auto np = sd.scalars.find(gp + "num_params");
-    EMBER_CHECK(np != sd.scalars.end(), name_, ".load_state_dict: the saved state has no parameter group ", gi,
-                " (it was saved from an optimizer with fewer groups)");
-    EMBER_CHECK(int64_t(np->second) == int64_t(g.params.size()), name_, ".load_state_dict: group ", gi, " has ",
-                g.params.size(), " parameters but the saved state has ", int64_t(np->second));
-    for (auto& [k, v] : g.options) {
+    auto opts = groups_[gi].options;
+    for (auto& [k, v] : opts) {
       auto it = sd.scalars.find(gp + k);
       if (it != sd.scalars.end()) v = it->second;
     }
-    for (const auto& p : g.params) {
-      const std::string sp = "state." + std::to_string(index) + ".";
+    options.push_back(std::move(opts));
+    for (const auto& p : groups_[gi].params) {
+      const std::string sp = "state." + std::to_string(index++) + ".";
       auto st = sd.scalars.find(sp + "step");
-      if (st != sd.scalars.end()) {
-        ParamState ps;
-        ps.step = int64_t(st->second);
-        for (const auto& [key, t] : sd.tensors) {
-          if (key.rfind(sp, 0) != 0) continue;
-          EMBER_CHECK(t.shape() == p.shape(), name_, ".load_state_dict: state '", key, "' has shape ", t.shape(),
-                      " but parameter ", index, " has shape ", p.shape());
-          ps.buffers[key.substr(sp.size())] = t.to(p.device()).to(p.dtype()).contiguous().clone();
-        }
-        state_[p.impl()] = std::move(ps);
-      } else {
-        state_.erase(p.impl());
-      }
-      ++index;
+      if (st == sd.scalars.end()) continue;
+      ParamState ps;
+      ps.step = int64_t(st->second);
+      for (auto it = sd.tensors.lower_bound(sp); it != sd.tensors.end() && it->first.rfind(sp, 0) == 0; ++it)
+        ps.buffers[it->first.substr(sp.size())] = it->second.to(p.device()).to(p.dtype()).contiguous().clone();
+      state[p.impl()] = std::move(ps);
     }
   }
-  EMBER_CHECK(!sd.scalars.count("group." + std::to_string(groups_.size()) + ".num_params"), name_,
-              ".load_state_dict: the saved state has more parameter groups than this optimizer");
+  for (size_t gi = 0; gi < groups_.size(); ++gi) groups_[gi].options = std::move(options[gi]);
+  for (const auto& g : groups_)
+    for (const auto& p : g.params) state_.erase(p.impl());
+  state_.merge(state);
 }
 
 }  // namespace ember::optim

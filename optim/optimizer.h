@@ -43,8 +43,15 @@ class Optimizer {
   const std::string& name() const { return name_; }
 
   OptimizerStateDict state_dict() const;
-  // Restores state saved from an optimizer over the same parameters in the same order.
+  // Restores state saved from an optimizer over the same parameters in the same order. The
+  // whole dict is checked first (validate_state_dict): a refused one changes nothing.
   void load_state_dict(const OptimizerStateDict& sd);
+  // Raises ember::Error naming the key when `sd` does not fit this optimizer, changing nothing:
+  // another number of parameter groups or of parameters in a group, a key it does not know, an
+  // option that is not finite (or a negative lr), a step that is not a non-negative integer, a
+  // state tensor without its step, or one whose shape differs from its parameter's or whose
+  // dtype cannot be converted to it (floating into floating only).
+  void validate_state_dict(const OptimizerStateDict& sd) const;
 
  protected:
   std::string name_;

@@ -59,9 +59,9 @@ void record_if(const char* name, const Tensors& inputs, const Tensor& y, autogra
 Tensor unary_op(const char* node, UnaryOp op, const Tensor& x, UnaryParams p = {}) {
   Tensor y = native::unary(op, x, p);
   if (is_floating(y.dtype()) && autograd::needs_grad({x})) {
-    Tensor saved = autograd::save(native::backward_uses_output(op) ? y : x);
+    autograd::SavedTensor saved = autograd::save(native::backward_uses_output(op) ? y : x);
     autograd::record(node, {x}, {y}, [op, p, saved](const Tensors& g) -> Tensors {
-      return {native::unary_backward(op, g[0], saved, p)};
+      return {native::unary_backward(op, g[0], saved.unpack(), p)};
     });
   }
   return y;
@@ -107,7 +107,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   record_if("MulBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
              sb = autograd::save(a.requires_grad() ? b : Tensor())](const Tensors& g) -> Tensors {
-              return {grad_if(ma, [&] { return mul(g[0], sb); }), grad_if(mb, [&] { return mul(g[0], sa); })};
+              return {grad_if(ma, [&] { return mul(g[0], sb.unpack()); }),
+                      grad_if(mb, [&] { return mul(g[0], sa.unpack()); })};
             });
   return y;
 }
@@ -118,8 +119,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
              sb = autograd::save(b)](const Tensors& g) -> Tensors {
               // d(a/b)/db = -a / b^2
-              return {grad_if(ma, [&] { return div(g[0], sb); }),
-                      grad_if(mb, [&] { return neg(div(mul(g[0], sa), mul(sb, sb))); })};
+              const Tensor& b_saved = sb.unpack();
+              return {grad_if(ma, [&] { return div(g[0], b_saved); }),
+                      grad_if(mb, [&] { return neg(div(mul(g[0], sa.unpack()), mul(b_saved, b_saved))); })};
             });
   return y;
 }
@@ -159,11 +161,12 @@ Tensor pow(const Tensor& a, const Tensor& exponent) {
   record_if("PowBackward", {a, exponent}, y,
             [ma = InputMeta(a), mb = InputMeta(exponent), sa = autograd::save(a), sb = autograd::save(exponent),
              sy = autograd::save(exponent.requires_grad() ? y : Tensor())](const Tensors& g) -> Tensors {
-              return {grad_if(ma, [&] { return mul(g[0], mul(sb, pow(sa, sub(sb, 1.0)))); }),
+              const Tensor &base = sa.unpack(), &exponent_saved = sb.unpack();
+              return {grad_if(ma, [&] { return mul(g[0], mul(exponent_saved, pow(base, sub(exponent_saved, 1.0)))); }),
                       grad_if(mb, [&] {
                         // d(a^b)/db = a^b log(a); taken as 0 where a == 0 and b >= 0 (the limit)
-                        Tensor d = mul(sy, log(sa));
-                        return mul(g[0], masked_fill(d, mul(eq(sa, 0.0), ge(sb, 0.0)), 0.0));
+                        Tensor d = mul(sy.unpack(), log(base));
+                        return mul(g[0], masked_fill(d, mul(eq(base, 0.0), ge(exponent_saved, 0.0)), 0.0));
                       })};
             });
   return y;
@@ -173,9 +176,10 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Maximum, a, b);
   record_if("MaximumBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
-              const Tensor ties = native::compare(CompareOp::Eq, sa, sb);
-              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, sa, sb), ties); }),
-                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, sa, sb), ties); })};
+              const Tensor &a_saved = sa.unpack(), &b_saved = sb.unpack();
+              const Tensor ties = native::compare(CompareOp::Eq, a_saved, b_saved);
+              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, a_saved, b_saved), ties); }),
+                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, a_saved, b_saved), ties); })};
             });
   return y;
 }
@@ -184,9 +188,10 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Minimum, a, b);
   record_if("MinimumBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
-              const Tensor ties = native::compare(CompareOp::Eq, sa, sb);
-              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, sa, sb), ties); }),
-                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, sa, sb), ties); })};
+              const Tensor &a_saved = sa.unpack(), &b_saved = sb.unpack();
+              const Tensor ties = native::compare(CompareOp::Eq, a_saved, b_saved);
+              return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, a_saved, b_saved), ties); }),
+                      grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, a_saved, b_saved), ties); })};
             });
   return y;
 }
@@ -238,8 +243,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   record_if("WhereBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sc = autograd::save(cond)](const Tensors& g) -> Tensors {
               const Tensor zero = zero_like_scalar(g[0]);
-              return {grad_if(ma, [&] { return native::where(sc, g[0], zero); }),
-                      grad_if(mb, [&] { return native::where(sc, zero, g[0]); })};
+              const Tensor& cond_saved = sc.unpack();
+              return {grad_if(ma, [&] { return native::where(cond_saved, g[0], zero); }),
+                      grad_if(mb, [&] { return native::where(cond_saved, zero, g[0]); })};
             });
   return y;
 }
@@ -247,7 +253,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor y = native::masked_fill(x, mask, value);
   record_if("MaskedFillBackward", {x}, y, [sm = autograd::save(mask)](const Tensors& g) -> Tensors {
-    return {native::masked_fill(g[0], sm, 0.0)};
+    return {native::masked_fill(g[0], sm.unpack(), 0.0)};
   });
   return y;
 }

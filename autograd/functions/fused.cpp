@@ -51,9 +51,10 @@ Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, bool tanh_approx) {
     autograd::record("BiasGeluBackward", {x, bias}, {y},
                      [sx = autograd::save(x), sb = autograd::save(bias), tanh_approx, need_dx,
                       need_db](const Tensors& g) -> Tensors {
+                       const Tensor& b = sb.unpack();
                        native::BiasGeluGrads d =
-                           native::bias_gelu_backward(g[0], sx, sb, tanh_approx, need_dx, need_db);
-                       return {d.dx, in_dtype(d.dbias, sb.dtype())};
+                           native::bias_gelu_backward(g[0], sx.unpack(), b, tanh_approx, need_dx, need_db);
+                       return {d.dx, in_dtype(d.dbias, b.dtype())};
                      });
   }
   return y;
@@ -92,7 +93,7 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual_in, const Shape& n
         "AddLayerNormBackward", {x, residual, weight, bias, x_bias}, {r.y},
         [saved = r.saved, ws = autograd::save(weight), need_dx, need_dr, need_dw, need_db, need_dxb, x_dt, r_dt, w_dt,
          b_dt, xb_dt, ns, scale](const Tensors& g) -> Tensors {
-          native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, ws, x_dt, r_dt, scale, need_dx,
+          native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, ws.unpack(), x_dt, r_dt, scale, need_dx,
                                                                         need_dr, need_dxb, need_dw, need_db);
           auto shaped = [&](const Tensor& t, DType dt) {
             return t.defined() ? in_dtype(native::reshape(t, ns), dt) : t;
@@ -123,15 +124,20 @@ Tensor scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, 
                                            : autocast_f32(x);
   native::ScaledMaskedSoftmaxResult r = native::scaled_masked_softmax(x, mask, scale, p, out_dtype);
   if (autograd::needs_grad({x, mask})) {
-    r.saved.x = autograd::save(r.saved.x);  // x itself when contiguous: keep no history
-    r.saved.mask = autograd::save(r.saved.mask);
+    // x itself when contiguous: saved without history, checked for in-place changes.
+    const autograd::SavedTensor sx = autograd::save(r.saved.x), sm = autograd::save(r.saved.mask);
+    r.saved.x = Tensor();
+    r.saved.mask = Tensor();
     const bool need_dx = wants(x), need_dmask = wants(mask);
     const DType x_dt = x.dtype(), m_dt = mask.defined() ? mask.dtype() : DType::f32;
     const Shape m_shape = mask.defined() ? mask.shape() : Shape{};
     const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
     autograd::record(
         "ScaledMaskedSoftmaxBackward", {x, mask}, {r.y},
-        [saved = r.saved, scale, drop_scale, need_dx, need_dmask, x_dt, m_dt, m_shape](const Tensors& g) -> Tensors {
+        [stats = r.saved, sx, sm, scale, drop_scale, need_dx, need_dmask, x_dt, m_dt, m_shape](const Tensors& g) -> Tensors {
+          native::ScaledMaskedSoftmaxSaved saved = stats;
+          saved.x = sx.unpack();
+          saved.mask = sm.unpack();
           if (!need_dmask) {
             return {in_dtype(native::scaled_masked_softmax_backward(g[0], saved, scale, scale, drop_scale), x_dt),
                     Tensor()};
@@ -169,11 +175,16 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
   }
   native::PackedAttentionResult r = native::packed_self_attention(qkv, num_heads, mask, scale, p);
   if (autograd::needs_grad({qkv})) {
-    r.saved.qkv = autograd::save(r.saved.qkv);  // qkv itself when contiguous: keep no history
-    r.saved.mask = autograd::save(r.saved.mask);
+    // qkv itself when contiguous: saved without history, checked for in-place changes.
+    const autograd::SavedTensor sqkv = autograd::save(r.saved.qkv), sm = autograd::save(r.saved.mask);
+    r.saved.qkv = Tensor();
+    r.saved.mask = Tensor();
     const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
     autograd::record("PackedSelfAttentionBackward", {qkv}, {r.ctx},
-                     [saved = r.saved, drop_scale](const Tensors& g) -> Tensors {
+                     [stats = r.saved, sqkv, sm, drop_scale](const Tensors& g) -> Tensors {
+                       native::PackedAttentionSaved saved = stats;
+                       saved.qkv = sqkv.unpack();
+                       saved.mask = sm.unpack();
                        return {native::packed_self_attention_backward(g[0], saved, drop_scale)};
                      });
   }

@@ -91,9 +91,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!autograd::needs_grad({x})) return out;
   const Shape shape = x.shape();
   const DType dtype = x.dtype();
-  const Tensor saved_index = autograd::save(index);
+  const autograd::SavedTensor saved_index = autograd::save(index);
   autograd::record("IndexSelectBackward", {x}, {out}, [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
-    return {native::index_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index, g[0])};
+    return {native::index_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index.unpack(), g[0])};
   });
   return out;
 }
@@ -103,9 +103,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!autograd::needs_grad({x})) return out;
   const Shape shape = x.shape();
   const DType dtype = x.dtype();
-  const Tensor saved_index = autograd::save(index);
+  const autograd::SavedTensor saved_index = autograd::save(index);
   autograd::record("GatherBackward", {x}, {out}, [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
-    return {native::scatter_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index, native::to_dtype(g[0], dtype))};
+    return {native::scatter_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index.unpack(),
+                                native::to_dtype(g[0], dtype))};
   });
   return out;
 }
@@ -114,14 +115,15 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   Tensor out = native::scatter_add(x, dim, index, src);
   if (!autograd::needs_grad({x, src})) return out;
   const Shape src_shape = src.shape();
-  const Tensor saved_index = autograd::save(index);
+  const autograd::SavedTensor saved_index = autograd::save(index);
   autograd::record("ScatterAddBackward", {x, src}, {out}, [src_shape, dim, saved_index](const Tensors& g) -> Tensors {
-    Tensor grad_src = native::gather(g[0], dim, saved_index);
+    const Tensor& index_saved = saved_index.unpack();
+    Tensor grad_src = native::gather(g[0], dim, index_saved);
     if (grad_src.shape() != src_shape) {
       // src may be larger than the index: the part the index never reads gets no gradient.
       Tensor full = zeros(src_shape, {grad_src.dtype(), grad_src.device()});
       Tensor window = full;
-      for (int64_t k = 0; k < full.dim(); ++k) window = native::slice(window, k, 0, saved_index.size(k), 1);
+      for (int64_t k = 0; k < full.dim(); ++k) window = native::slice(window, k, 0, index_saved.size(k), 1);
       native::copy_(window, grad_src);
       grad_src = full;
     }

@@ -15,11 +15,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   const int64_t num = weight.size(0);
   const int64_t padding_row = native::embedding_padding_row(padding_idx, num);
   if (!autograd::needs_grad({weight})) return out;
-  const Tensor saved_indices = autograd::save(indices);
+  const autograd::SavedTensor saved_indices = autograd::save(indices);
   const DType dtype = weight.dtype();
   autograd::record("EmbeddingBackward", {weight}, {out},
                    [saved_indices, num, padding_row, dtype](const Tensors& g) -> Tensors {
-                     return {native::embedding_backward(native::to_dtype(g[0], dtype), saved_indices, num, padding_row)};
+                     return {native::embedding_backward(native::to_dtype(g[0], dtype), saved_indices.unpack(), num,
+                                                      padding_row)};
                    });
   return out;
 }
@@ -60,15 +61,18 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   native::CrossEntropyResult r = native::cross_entropy(logits, target, args);
   if (!autograd::needs_grad({logits})) return r.loss;
   // Keep the row statistics, not the loss itself (the loss holds this node: no cycles).
-  native::CrossEntropyResult saved;
-  saved.lse = autograd::save(r.lse);
-  saved.logits = autograd::save(r.logits);
-  saved.target = autograd::save(r.target);
-  saved.count = r.count;
+  native::CrossEntropyResult stats;
+  stats.lse = r.lse.detach();  // the forward's own buffer: nothing else can write into it
+  stats.count = r.count;
+  const autograd::SavedTensor saved_logits = autograd::save(r.logits), saved_target = autograd::save(r.target);
   const Shape shape = logits.shape();
-  autograd::record("CrossEntropyBackward", {logits}, {r.loss}, [saved, shape, args](const Tensors& g) -> Tensors {
-    return {native::cross_entropy_backward(g[0], saved, shape, args)};
-  });
+  autograd::record("CrossEntropyBackward", {logits}, {r.loss},
+                   [stats, saved_logits, saved_target, shape, args](const Tensors& g) -> Tensors {
+                     native::CrossEntropyResult saved = stats;
+                     saved.logits = saved_logits.unpack();
+                     saved.target = saved_target.unpack();
+                     return {native::cross_entropy_backward(g[0], saved, shape, args)};
+                   });
   return r.loss;
 }
 

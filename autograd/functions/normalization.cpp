@@ -12,9 +12,9 @@ Tensor softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    Tensor ys = autograd::save(y);
+    autograd::SavedTensor ys = autograd::save(y);
     autograd::record("SoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::softmax_backward(g[0], ys, dim)};
+      return {native::softmax_backward(g[0], ys.unpack(), dim)};
     });
   }
   return y;
@@ -24,9 +24,9 @@ Tensor log_softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::log_softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    Tensor ys = autograd::save(y);
+    autograd::SavedTensor ys = autograd::save(y);
     autograd::record("LogSoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::log_softmax_backward(g[0], ys, dim)};
+      return {native::log_softmax_backward(g[0], ys.unpack(), dim)};
     });
   }
   return y;
@@ -40,12 +40,13 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     const bool need_dx = x.requires_grad();
     const bool need_dw = weight.defined() && weight.requires_grad();
     const bool need_db = bias.defined() && bias.requires_grad();
-    Tensor xs = autograd::save(x), ws = autograd::save(weight), bs = autograd::save(bias);
+    autograd::SavedTensor xs = autograd::save(x), ws = autograd::save(weight), bs = autograd::save(bias);
     Tensor mean = r.mean, rstd = r.rstd;
     autograd::record("LayerNormBackward", {x, weight, bias}, {r.y},
                      [=](const Tensors& g) -> Tensors {
                        native::LayerNormGrads d = native::layer_norm_backward(
-                           g[0], xs, normalized_shape, mean, rstd, ws, bs, need_dx, need_dw, need_db);
+                           g[0], xs.unpack(), normalized_shape, mean, rstd, ws.unpack(), bs.unpack(), need_dx, need_dw,
+                           need_db);
                        return {d.dx, d.dweight, d.dbias};
                      });
   }

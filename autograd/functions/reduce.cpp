@@ -70,9 +70,9 @@ Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
   Tensor y = native::amax(x, dims, keepdim);
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "amax");
-    Tensor xs = autograd::save(x), ys = autograd::save(y);
+    autograd::SavedTensor xs = autograd::save(x), ys = autograd::save(y);
     autograd::record("AmaxBackward", {x}, {y}, [xs, ys, d](const Tensors& g) -> Tensors {
-      return extreme_backward(g[0], xs, ys, d);
+      return extreme_backward(g[0], xs.unpack(), ys.unpack(), d);
     });
   }
   return y;
@@ -82,9 +82,9 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
   Tensor y = native::amin(x, dims, keepdim);
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "amin");
-    Tensor xs = autograd::save(x), ys = autograd::save(y);
+    autograd::SavedTensor xs = autograd::save(x), ys = autograd::save(y);
     autograd::record("AminBackward", {x}, {y}, [xs, ys, d](const Tensors& g) -> Tensors {
-      return extreme_backward(g[0], xs, ys, d);
+      return extreme_backward(g[0], xs.unpack(), ys.unpack(), d);
     });
   }
   return y;
@@ -99,11 +99,12 @@ Tensor var(const Tensor& x_in, const Shape& dims, int64_t correction, bool keepd
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "var");
     const double dof = double(reduced_count(x.shape(), d) - correction);
-    Tensor xs = autograd::save(x);
+    autograd::SavedTensor xs = autograd::save(x);
     autograd::record("VarBackward", {x}, {y}, [xs, d, dof](const Tensors& g) -> Tensors {
       // d var / dx = 2 (x - mean) / (N - correction)
-      Tensor centered = sub(xs, native::mean(xs, d, true));
-      return {mul(centered, mul(with_reduced_dims(g[0], xs.shape(), d), 2.0 / dof))};
+      const Tensor& x_saved = xs.unpack();
+      Tensor centered = sub(x_saved, native::mean(x_saved, d, true));
+      return {mul(centered, mul(with_reduced_dims(g[0], x_saved.shape(), d), 2.0 / dof))};
     });
   }
   return y;

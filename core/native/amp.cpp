@@ -24,6 +24,8 @@ void amp_unscale_(const Tensor& grad, const Tensor& found_inf, double inv_scale)
                 " with strides ", grad.strides(), " has overlapping elements; cannot unscale it in place");
   if (grad.numel() == 0) return;
   amp_unscale_stub.call(grad.device(), "amp_unscale_")(grad, found_inf, inv_scale);
+  grad.bump_version();
+  found_inf.bump_version();
 }
 
 }  // namespace ember::native

@@ -17,6 +17,7 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
     copy_stub.call(dst.device(), "copy_")(dst, src);
+    dst.bump_version();
     return;
   }
   // Across devices: make src contiguous in dst's shape and dtype on its own device, then move.
@@ -36,11 +37,13 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
     cross_device_copy_stub.call(d, "copy_ (between devices)")(tmp, staged, false);
     copy_stub.call(dst.device(), "copy_")(dst, tmp);
   }
+  dst.bump_version();
 }
 
 void fill_(const Tensor& dst, double value) {
   if (dst.numel() == 0) return;
   fill_stub.call(dst.device(), "fill_")(dst, value);
+  dst.bump_version();
 }
 
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }

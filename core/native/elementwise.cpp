@@ -108,6 +108,16 @@ DType checked_result(BinaryOp op, DType t) {
   return t;
 }
 
+// The result computed into `target` lands in the caller's `out`: through a copy when its dtype
+// differs (copy_ counts the write), else it is out's own in-place write.
+void write_back(const Tensor& out, const Tensor& target) {
+  if (target.is_same(out)) {
+    out.bump_version();
+  } else {
+    copy_(out, target);
+  }
+}
+
 }  // namespace
 
 DType binary_result_type(BinaryOp op, DType a, DType b) { return checked_result(op, promote_types(a, b)); }
@@ -145,7 +155,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha, const
     if (overlaps_differently(bc, target)) bc = clone(bc);
   }
   binary_stub.call(a.device(), name)(op, target, ac, bc, alpha);
-  if (out.defined() && !target.is_same(out)) copy_(out, target);
+  if (out.defined()) write_back(out, target);
   return out.defined() ? out : target;
 }
 
@@ -164,7 +174,7 @@ Tensor binary(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
   Tensor ac = to_dtype(a, ct);
   if (out.defined() && overlaps_differently(ac, target)) ac = clone(ac);
   binary_scalar_stub.call(a.device(), name)(op, target, ac, s);
-  if (out.defined() && !target.is_same(out)) copy_(out, target);
+  if (out.defined()) write_back(out, target);
   return out.defined() ? out : target;
 }
 

@@ -70,6 +70,13 @@ void check_no_overlap(const std::vector<AdamTensors>& tensors) {
     }
   }
 }
+// The tensors an Adam step writes in place (the gradient is only read).
+void bump_adam_versions(const AdamTensors& t) {
+  t.param.bump_version();
+  t.exp_avg.bump_version();
+  t.exp_avg_sq.bump_version();
+}
+
 }  // namespace
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -80,6 +87,7 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, c
   check_same("adam_step", param, exp_avg_sq, "exp_avg_sq");
   if (param.numel() == 0) return;
   adam_step_stub.call(param.device(), "adam_step")(param, grad, exp_avg, exp_avg_sq, args);
+  bump_adam_versions({param, grad, exp_avg, exp_avg_sq});
 }
 
 void adam_multi_step(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args) {
@@ -100,6 +108,7 @@ void adam_multi_step(const std::vector<AdamTensors>& tensors, const AdamStepArgs
   if (work.empty()) return;
   check_no_overlap(tensors);
   adam_multi_step_stub.call(device, "adam_multi_step")(work, args);
+  for (const AdamTensors& t : work) bump_adam_versions(t);
 }
 
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdStepArgs& args) {
@@ -108,6 +117,8 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const 
   if (buf.defined()) check_same("sgd_step", param, buf, "momentum buffer");
   if (param.numel() == 0) return;
   sgd_step_stub.call(param.device(), "sgd_step")(param, grad, buf, args);
+  param.bump_version();
+  if (buf.defined()) buf.bump_version();
 }
 
 }  // namespace ember::native

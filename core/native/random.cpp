@@ -12,6 +12,7 @@ void random_fill(const Tensor& out, RandomKind kind, double a, double b, Generat
   if (out.numel() == 0) return;
   const GeneratorState st = gen.reserve(uint64_t(out.numel()));
   random_stub.call(out.device(), "random")(out, kind, a, b, st);
+  out.bump_version();
 }
 
 }  // namespace ember::native

@@ -89,8 +89,15 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape sh = x.shape(), st = x.strides();
-  sh[dim] = (end - start + step - 1) / step;
-  st[dim] *= step;
+  sh[dim] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
+  int64_t stepped = 0;
+  if (!__builtin_mul_overflow(st[dim], step, &stepped)) {
+    st[dim] = stepped;
+  } else {
+    // A dim of at most one element never advances, so its stride may stay as it was.
+    EMBER_CHECK(sh[dim] <= 1, "slice: step ", step, " overflows stride ", st[dim], " of dim ", dim,
+                " (shape ", x.shape(), ")");
+  }
   return make_view(x, sh, st, x.storage_offset() + start * x.strides()[dim]);
 }
 
@@ -123,11 +130,13 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     }
     const int64_t have = x.shape()[i - off];
     const int64_t want = shape[i] == -1 ? have : shape[i];
+    EMBER_CHECK(want >= 0, "expand: invalid size ", shape[i], " in ", shape);
     EMBER_CHECK(have == want || have == 1, "expand: cannot expand shape ", x.shape(), " to ", shape,
                 " (dim ", i, ": ", have, " vs ", want, ")");
     sh[i] = want;
     st[i] = (have == want) ? x.strides()[i - off] : 0;
   }
+  numel_of(sh, "expand");  // refuses a result whose element count does not fit
   return make_view(x, sh, st, x.storage_offset());
 }
 

@@ -4,7 +4,7 @@
 // Work is split by (batch, head) pairs. Each pair reads its q, k and v columns of qkv in place
 // (row stride 3E: the GEMMs take strided operands) and keeps its L x L scores in a per-thread
 // buffer: S = q k^T, the scaled and masked softmax and dropout of each row (the row code of
-// kernels/cpu/softmax_rows.h and the mask stream of kernels/cpu/dropout_mask.h, as
+// kernels/cpu/fused_softmax_rows.h and the mask stream of kernels/cpu/dropout_mask.h, as
 // scaled_masked_softmax uses), then ctx = P v written straight into the head's columns of the
 // [B, L, E] output. Nothing of size L x L reaches memory but the dropout's keep mask.
 //
@@ -26,7 +26,7 @@
 #include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
-#include "kernels/cpu/softmax_rows.h"
+#include "kernels/cpu/fused_softmax_rows.h"
 #include "kernels/cpu/vec_half.h"
 
 namespace ember {

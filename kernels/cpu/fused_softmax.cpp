@@ -15,7 +15,7 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/dropout_mask.h"
-#include "kernels/cpu/softmax_rows.h"
+#include "kernels/cpu/fused_softmax_rows.h"
 #include "kernels/cpu/vec_half.h"
 
 namespace ember {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <tuple>
 
 namespace ember::cuda {
@@ -17,7 +18,12 @@ BlockPool::~BlockPool() {
   for (Block* b : small_free_) delete b;
   for (Block* b : large_free_) delete b;
   for (auto& [ptr, b] : live_) delete b;
-  for (Pending& p : pending_) delete p.block;
+  for (Block* list : {pending_, lost_}) {
+    while (Block* b = list) {
+      list = b->next_waiting;
+      delete b;
+    }
+  }
 }
 
 size_t BlockPool::round_size(size_t nbytes) {
@@ -31,27 +37,37 @@ size_t BlockPool::segment_size(size_t rounded) {
   return (rounded + kSegmentRound - 1) / kSegmentRound * kSegmentRound;
 }
 
+BlockPool::FreeSet::node_type BlockPool::make_node(Block* b) {
+  FreeSet one;
+  one.insert(b);
+  return one.extract(one.begin());
+}
+
 BlockPool::Block* BlockPool::take_free_block(size_t size, void* stream, bool small) {
   auto& set = free_set(small);
-  Block key{nullptr, size, stream, small, false, nullptr, nullptr, {}};
+  Block key{.ptr = nullptr, .size = size, .stream = stream, .small = small};
   auto it = set.lower_bound(&key);
   if (it == set.end() || (*it)->stream != stream) return nullptr;
   Block* b = *it;
-  set.erase(it);
+  b->node = set.extract(it);  // kept, so that freeing b again needs no allocation
   return b;
 }
 
 BlockPool::Block* BlockPool::new_segment(size_t size, void* stream, bool small) {
   const size_t seg = segment_size(size);
+  // The bookkeeping first: should it fail, no segment is lost.
+  auto b = std::make_unique<Block>(Block{.ptr = nullptr, .size = seg, .stream = stream, .small = small});
+  b->node = make_node(b.get());
   void* p = backend_.raw_alloc(seg);
   if (!p) {
     release_cached();
     p = backend_.raw_alloc(seg);
     if (!p) return nullptr;
   }
+  b->ptr = static_cast<char*>(p);
   stats_.bytes_reserved += int64_t(seg);
   ++segments_;
-  return new Block{static_cast<char*>(p), seg, stream, small, false, nullptr, nullptr, {}};
+  return b.release();
 }
 
 void BlockPool::split(Block* b, size_t size) {
@@ -60,13 +76,15 @@ void BlockPool::split(Block* b, size_t size) {
   // a large request, so large segments are not shredded into pieces nobody can use.
   const bool worth = b->small ? rest >= kRound : rest > kSmallRequest;
   if (!worth) return;
-  Block* r = new Block{b->ptr + size, rest, b->stream, b->small, false, nullptr, nullptr, {}};
+  auto r = std::make_unique<Block>(Block{.ptr = b->ptr + size, .size = rest, .stream = b->stream, .small = b->small});
+  FreeSet::node_type node = make_node(r.get());
   r->prev = b;
   r->next = b->next;
-  if (b->next) b->next->prev = r;
-  b->next = r;
+  if (b->next) b->next->prev = r.get();
+  b->next = r.get();
   b->size = size;
-  free_set(r->small).insert(r);
+  free_set(r->small).insert(std::move(node));
+  r.release();
 }
 
 void* BlockPool::allocate(size_t nbytes, void* stream) {
@@ -84,15 +102,21 @@ void* BlockPool::allocate(size_t nbytes, void* stream) {
       return nullptr;
     }
   }
-  split(b, size);
+  try {
+    split(b, size);
+    live_.emplace(b->ptr, b);
+  } catch (...) {
+    --stats_.num_allocations;
+    return_block(b);  // out of host memory for the bookkeeping: b goes back unused
+    throw;
+  }
   b->allocated = true;
-  live_[b->ptr] = b;
   stats_.bytes_in_use += int64_t(b->size);
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   return b->ptr;
 }
 
-bool BlockPool::free(void* ptr) {
+bool BlockPool::free(void* ptr) noexcept {
   auto it = live_.find(ptr);
   if (it == live_.end()) return false;
   Block* b = it->second;
@@ -103,10 +127,20 @@ bool BlockPool::free(void* ptr) {
     return_block(b);
     return true;
   }
-  Pending p{b, {}};
-  for (void* s : b->other_streams) p.events.push_back(backend_.record_event(s));
+  try {
+    // events has room for one per other stream (record_stream reserved it): no allocation.
+    for (void* s : b->other_streams) b->events.push_back(backend_.record_event(s));
+  } catch (...) {
+    for (void* e : b->events) backend_.destroy_event(e);
+    b->events.clear();
+    b->other_streams.clear();
+    b->next_waiting = lost_;
+    lost_ = b;
+    return true;
+  }
   b->other_streams.clear();
-  pending_.push_back(std::move(p));
+  b->next_waiting = pending_;
+  pending_ = b;
   return true;
 }
 
@@ -115,18 +149,20 @@ bool BlockPool::record_stream(void* ptr, void* stream) {
   if (it == live_.end()) return false;
   Block* b = it->second;
   if (stream != b->stream && std::find(b->other_streams.begin(), b->other_streams.end(), stream) ==
-                                 b->other_streams.end())
+                                 b->other_streams.end()) {
+    b->events.reserve(b->other_streams.size() + 1);  // first: free() relies on the room
     b->other_streams.push_back(stream);
+  }
   return true;
 }
 
-void BlockPool::return_block(Block* b) {
+void BlockPool::return_block(Block* b) noexcept {
   auto& set = free_set(b->small);
   // A neighbour can be merged only when free and not waiting on events: pending blocks are in
   // neither live_ nor the free set, so membership of the free set is the test.
   if (b->prev && !b->prev->allocated && set.count(b->prev)) {
     Block* p = b->prev;
-    set.erase(p);
+    p->node = set.extract(p);
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
@@ -141,22 +177,23 @@ void BlockPool::return_block(Block* b) {
     if (n->next) n->next->prev = b;
     delete n;
   }
-  set.insert(b);
+  set.insert(std::move(b->node));
 }
 
 void BlockPool::process_pending() {
-  if (pending_.empty()) return;
-  std::vector<Pending> still;
-  for (Pending& p : pending_) {
-    const bool done = std::all_of(p.events.begin(), p.events.end(), [&](void* e) { return backend_.event_done(e); });
+  Block** link = &pending_;
+  while (Block* b = *link) {
+    const bool done = std::all_of(b->events.begin(), b->events.end(), [&](void* e) { return backend_.event_done(e); });
     if (!done) {
-      still.push_back(std::move(p));
+      link = &b->next_waiting;
       continue;
     }
-    for (void* e : p.events) backend_.destroy_event(e);
-    return_block(p.block);
+    *link = b->next_waiting;
+    b->next_waiting = nullptr;
+    for (void* e : b->events) backend_.destroy_event(e);
+    b->events.clear();
+    return_block(b);
   }
-  pending_ = std::move(still);
 }
 
 void BlockPool::release_cached() {

@@ -8,6 +8,10 @@
 // was also used on other streams (record_stream) waits, after it is freed, for an event on each
 // of them before it can be handed out again.
 //
+// Freeing never allocates and never throws: every block owns, from the time it is made, the
+// free-set node it will be filed under, and the room for the events its recorded streams need,
+// so free() runs safely in a destructor while an out-of-memory error unwinds.
+//
 // Nothing here includes CUDA: streams and events are opaque pointers and the backend does the
 // driver calls, so the same logic is tested on the host with a fake backend.
 #pragma once
@@ -50,7 +54,9 @@ class BlockPool {
   // memory even after every cached segment was returned to it.
   void* allocate(size_t nbytes, void* stream);
   // Gives back a block from allocate(); false when `ptr` is not a live block of this pool.
-  bool free(void* ptr);
+  // When the backend cannot record an event for a stream the block was used on, the block is
+  // never handed out again (that stream may still use it).
+  bool free(void* ptr) noexcept;
   // The block holding `ptr` is used on `stream` as well; false when ptr is not live here.
   bool record_stream(void* ptr, void* stream);
   // Returns every wholly free segment to the backend.
@@ -64,6 +70,11 @@ class BlockPool {
   static size_t segment_size(size_t rounded);
 
  private:
+  struct Block;
+  struct Order {  // stream, then size, then address: best fit on one stream
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  using FreeSet = std::set<Block*, Order>;
   struct Block {
     char* ptr;
     size_t size;
@@ -72,27 +83,26 @@ class BlockPool {
     bool allocated = false;
     Block* prev = nullptr;  // neighbours inside the segment
     Block* next = nullptr;
-    std::vector<void*> other_streams;  // record_stream
-  };
-  struct Order {  // stream, then size, then address: best fit on one stream
-    bool operator()(const Block* a, const Block* b) const;
-  };
-  struct Pending {
-    Block* block;
-    std::vector<void*> events;
+    std::vector<void*> other_streams{};  // record_stream
+    std::vector<void*> events{};         // one per other stream once freed; capacity reserved
+    Block* next_waiting = nullptr;       // in the pending or the lost list
+    FreeSet::node_type node{};           // its free-set node while it is not in a free set
   };
 
-  std::set<Block*, Order>& free_set(bool small) { return small ? small_free_ : large_free_; }
+  // A node of a FreeSet holding `b`, to be inserted later without allocating.
+  static FreeSet::node_type make_node(Block* b);
+  FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
   Block* take_free_block(size_t size, void* stream, bool small);
   Block* new_segment(size_t size, void* stream, bool small);
   void split(Block* b, size_t size);
-  void return_block(Block* b);  // merge with free neighbours, then into the free set
+  void return_block(Block* b) noexcept;  // merge with free neighbours, then into the free set
   void process_pending();
 
   PoolBackend& backend_;
-  std::set<Block*, Order> small_free_, large_free_;
+  FreeSet small_free_, large_free_;
   std::unordered_map<void*, Block*> live_;
-  std::vector<Pending> pending_;
+  Block* pending_ = nullptr;  // freed, waiting for the events of their other streams
+  Block* lost_ = nullptr;     // freed, but an event could not be recorded: never reused
   AllocatorStats stats_;
   size_t segments_ = 0;
 };

@@ -1,6 +1,6 @@
 // cuBLAS and cuBLASLt state shared by the GEMM paths: one handle per (device, thread), a
 // workspace per (device, stream), the TF32 switch, the status check, and lt_matmul (defined in
-// matmul.cu), the one entry point every CUDA matrix product and the GEMM benchmark go through.
+// linalg_matmul.cu), the one entry point every CUDA matrix product and the GEMM benchmark go through.
 //
 // Handles are created on first use and kept: a thread that exits hands its handles back to a
 // pool for the next thread, since creating one costs far more than a GEMM. The workspace is

@@ -66,7 +66,12 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
                mib(int64_t(total_bytes)), " total, ", mib(int64_t(free_bytes)), " free, ", mib(st.bytes_in_use),
                " held by tensors, ", mib(st.bytes_reserved), " reserved by Ember)");
   }
-  owner_[p] = dev;
+  try {
+    owner_.emplace(p, dev);
+  } catch (...) {
+    pool.free(p);  // out of host memory for the bookkeeping: the block goes back unused
+    throw;
+  }
   return p;
 }
 
@@ -75,20 +80,21 @@ void* CudaCachingAllocator::allocate_on(Device device, size_t nbytes) {
   return allocate(nbytes);
 }
 
-void CudaCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) {
+void CudaCachingAllocator::deallocate(void* ptr, size_t /*nbytes*/) noexcept {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = owner_.find(ptr);
   if (it == owner_.end()) return;  // not ours: nothing we may safely do with it
   const int dev = it->second;
   owner_.erase(it);
+  BlockPool& pool = pools_[size_t(dev)]->pool;  // exists: it handed out ptr
   try {
     // A block used on other streams gets an event recorded on each: on the block's device.
     DeviceGuard guard(Device::cuda(dev), "CUDA allocator");
-    pool_for(dev).pool.free(ptr);
+    pool.free(ptr);  // neither allocates nor throws
   } catch (...) {
-    // Recording an event can fail only when the context is broken; the block is then lost,
-    // which is better than throwing from a destructor.
+    // Switching to the block's device fails only when the context is broken; the block is then
+    // lost, which is better than throwing from a destructor.
   }
 }
 

@@ -28,7 +28,7 @@ class CudaCachingAllocator final : public Allocator {
   // The same on `device` (what a Storage asks for): that device is made current for the call
   // and the previous one restored. Raises ember::Error for a device index that does not exist.
   void* allocate_on(Device device, size_t nbytes) override;
-  void deallocate(void* ptr, size_t nbytes) override;  // never throws: runs in destructors
+  void deallocate(void* ptr, size_t nbytes) noexcept override;  // runs in destructors
   Device device() const override { return Device::cuda(0); }
 
   // The block holding `ptr` (a pointer from allocate) is also used on `stream`.

@@ -20,7 +20,7 @@
 #include <type_traits>
 
 #include "core/native/fused.h"
-#include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/fused_attention_tile.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/philox.cuh"

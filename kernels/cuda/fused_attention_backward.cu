@@ -18,7 +18,7 @@
 
 #include "core/factory.h"
 #include "core/native/fused.h"
-#include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/fused_attention_tile.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"

@@ -2,13 +2,13 @@
 // state of its elements once and writes them once. The arithmetic is that of
 // kernels/cpu/fused_optim.cpp, operation for operation: coefficients formed in double on the
 // host and rounded once to the state's compute type, 16-bit values computed in float. The Adam
-// element update lives in adam_update.cuh, shared with the multi-tensor kernel.
+// element update lives in fused_optim_adam_update.cuh, shared with the multi-tensor kernel.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "core/native/fused_optim.h"
-#include "kernels/cuda/adam_update.cuh"
+#include "kernels/cuda/fused_optim_adam_update.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/native/fused_optim.h"
-#include "kernels/cuda/adam_update.cuh"
+#include "kernels/cuda/fused_optim_adam_update.cuh"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/strided_indexer.cuh"  // EMBER_CUDA_CHECK_LAUNCH

@@ -1,5 +1,5 @@
 // Pieces shared by the CUDA kernels that move rows by index or accumulate into indexed
-// destinations (indexing.cu, embedding.cu): word-width selection for raw copies, the
+// destinations (indexing.cu, nn_functional_embedding.cu): word-width selection for raw copies, the
 // device-side bad-index check (smallest bad position via an integer atomicMin into a one-word
 // device tensor, read back with one stream synchronisation), and the CUB radix sort of 64-bit
 // keys (destination << pbits | source position) that groups contributions by destination in

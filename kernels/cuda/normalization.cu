@@ -1,5 +1,5 @@
 // CUDA softmax, log-softmax and layer norm, forward and backward, on the stubs of
-// core/native/normalization.h. Semantics match kernels/cpu/softmax.cpp and layer_norm.cpp:
+// core/native/normalization.h. Semantics match kernels/cpu/normalization_softmax.cpp and normalization_layer_norm.cpp:
 // 16-bit types compute in float, the row max is subtracted before exp, and a NaN anywhere in
 // a softmax row makes the whole row NaN.
 //

@@ -18,7 +18,7 @@ class PinnedHostAllocator final : public Allocator {
  public:
   PinnedHostAllocator();
   void* allocate(size_t nbytes) override;  // raises ember::Error naming the size when pinning fails
-  void deallocate(void* ptr, size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) noexcept override;
   Device device() const override { return Device::cpu(); }
 
   // The block that starts at `ptr` is read or written by work queued on `stream`.

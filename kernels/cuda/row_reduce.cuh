@@ -1,5 +1,5 @@
 // Row teams for the per-row CUDA kernels (normalization.cu, fused_add_layer_norm.cu,
-// fused_softmax.cu, reduce.cu, cross_entropy.cu): a row goes to one warp when it is short and
+// fused_softmax.cu, reduce.cu, nn_functional_cross_entropy.cu): a row goes to one warp when it is short and
 // to one block when it is long, and the team's reductions are warp shuffles joined through
 // shared memory across the warps of a block. Kept in one place so every op splits rows and
 // combines partial results the same way.

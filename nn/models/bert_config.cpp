@@ -1,5 +1,7 @@
 #include "nn/models/bert_config.h"
 
+#include <cmath>
+
 #include "nn/io/json_config.h"
 
 namespace ember::nn {
@@ -24,18 +26,41 @@ BertConfig BertConfig::tiny(int64_t vocab) {
   return c;
 }
 
+// Bounds on config.json, checked before a model allocates anything. Every size is at most
+// kMaxConfigSize (2^20; the largest BERT checkpoints have vocabularies of about 2^18 and hidden
+// sizes of 2^10), and the parameter count the sizes imply is at most kMaxConfigParameters
+// (2^40 elements, 4 TiB in f32). Both keep every product of two sizes, and the parameter count,
+// far from int64_t overflow. An absurd config.json is refused naming its file and the field,
+// instead of failing in the allocator or worse.
+constexpr int64_t kMaxConfigSize = int64_t(1) << 20;
+constexpr double kMaxConfigParameters = double(int64_t(1) << 40);
+
+double BertConfig::parameter_count() const {
+  // In double: the estimate must not overflow for any sizes, and a bound check needs no
+  // more precision.
+  const double v = double(vocab_size), h = double(hidden_size), l = double(num_hidden_layers),
+               i = double(intermediate_size), p = double(max_position_embeddings), t = double(type_vocab_size),
+               n = double(num_labels);
+  const double embeddings = (v + p + t) * h + 2 * h;
+  const double layer = 4 * (h * h + h) + 2 * (h * i) + i + h + 4 * h;  // attention, FFN, two LayerNorms
+  const double heads = (h * h + h) + (h * h + 3 * h + v) + (h * n + n);  // pooler, MLM head, classifier
+  return embeddings + l * layer + heads;
+}
+
 void BertConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) {
+  auto size = [](const char* name, int64_t v) {
     EMBER_CHECK(v > 0, "BertConfig: ", name, " must be positive, got ", v);
+    EMBER_CHECK(v <= kMaxConfigSize, "BertConfig: ", name, " = ", v, " exceeds the bound ", kMaxConfigSize,
+                " (2^20)");
   };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("intermediate_size", intermediate_size);
-  positive("max_position_embeddings", max_position_embeddings);
-  positive("type_vocab_size", type_vocab_size);
-  positive("num_labels", num_labels);
+  size("vocab_size", vocab_size);
+  size("hidden_size", hidden_size);
+  size("num_hidden_layers", num_hidden_layers);
+  size("num_attention_heads", num_attention_heads);
+  size("intermediate_size", intermediate_size);
+  size("max_position_embeddings", max_position_embeddings);
+  size("type_vocab_size", type_vocab_size);
+  size("num_labels", num_labels);
   EMBER_CHECK(hidden_size % num_attention_heads == 0, "BertConfig: hidden_size ", hidden_size,
               " is not a multiple of num_attention_heads ", num_attention_heads);
   EMBER_CHECK(hidden_act == "gelu" || hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" ||
@@ -49,6 +74,15 @@ void BertConfig::validate() const {
   if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
   EMBER_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, "BertConfig: pad_token_id ", pad_token_id,
               " out of range for vocab_size ", vocab_size);
+  EMBER_CHECK(layer_norm_eps > 0.0 && std::isfinite(layer_norm_eps), "BertConfig: layer_norm_eps must be positive "
+              "and finite, got ", layer_norm_eps);
+  EMBER_CHECK(initializer_range >= 0.0 && std::isfinite(initializer_range), "BertConfig: initializer_range must "
+              "be non-negative and finite, got ", initializer_range);
+  const double params = parameter_count();
+  EMBER_CHECK(params <= kMaxConfigParameters, "BertConfig: the sizes (vocab_size ", vocab_size, ", hidden_size ",
+              hidden_size, ", num_hidden_layers ", num_hidden_layers, ", intermediate_size ", intermediate_size,
+              ", max_position_embeddings ", max_position_embeddings, ") imply about ", params,
+              " parameters, more than the bound 2^40");
 }
 
 namespace {
@@ -80,7 +114,11 @@ BertConfig from_config(const JsonConfig& j) {
   c.architectures = j.get<std::vector<std::string>>("architectures", {});
   const std::string pet = j.get<std::string>("position_embedding_type", "absolute");
   EMBER_CHECK(pet == "absolute", j.source(), ": position_embedding_type '", pet, "' is not supported (absolute only)");
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    EMBER_FAIL(j.source(), ": ", e.what());
+  }
   return c;
 }
 }  // namespace

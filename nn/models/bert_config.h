@@ -30,7 +30,12 @@ struct BertConfig {
   static BertConfig mini(int64_t vocab_size = 30522);  // 4 layers, hidden 256, 4 heads, FFN 1024
   static BertConfig tiny(int64_t vocab_size = 30522);  // 2 layers, hidden 128, 2 heads, FFN 512
 
-  void validate() const;  // throws ember::Error naming the bad field
+  // Throws ember::Error naming the bad field: every size positive and at most 2^20, the heads
+  // dividing hidden_size, about 2^40 parameters at most (bounds in bert_config.cpp).
+  void validate() const;
+  // The parameter count the sizes imply (embeddings, layers, pooler and the task heads), as a
+  // double so that it cannot overflow.
+  double parameter_count() const;
   static BertConfig from_json_file(const std::string& path);
   static BertConfig from_json_string(const std::string& text, const std::string& source = "<string>");
   std::string to_json_string() const;

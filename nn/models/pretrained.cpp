@@ -1,10 +1,9 @@
 #include "nn/models/pretrained.h"
 
-#include <algorithm>
 #include <cstdio>
-#include <exception>
-#include <filesystem>
 
+#include "core/error.h"
+#include "nn/io/json_config.h"
 #include "nn/io/safetensors.h"
 
 namespace ember::nn {
@@ -25,69 +24,18 @@ bool tolerated_unexpected(const std::string& key) {
   // carry cls.* and pooler weights that a classifier or an MLM model does not use).
   return ends_with("position_ids") || key.rfind("cls.", 0) == 0 || key.rfind("bert.pooler.", 0) == 0;
 }
-
-// The tensors transformers writes: each tied tensor once.
-std::map<std::string, Tensor> unique_tensors(const Module& model) {
-  StateDict all = model.state_dict();
-  std::map<std::string, Tensor> unique;
-  std::vector<const Storage*> seen;
-  // named_parameters lists tied tensors once, under their first name: keep exactly those.
-  for (const auto& [name, t] : model.named_parameters()) {
-    unique[name] = t.detach();
-    seen.push_back(t.impl()->storage.get());
-  }
-  for (const auto& [name, t] : model.named_buffers()) unique[name] = t;
-  for (const auto& [name, t] : all)
-    if (!unique.count(name) &&
-        std::find(seen.begin(), seen.end(), t.impl()->storage.get()) == seen.end())
-      unique[name] = t;
-  return unique;
-}
-
 }  // namespace
 
 void save_pretrained(const Module& model, const BertConfig& config, const std::string& dir,
                      const std::string& architecture, const SavePretrainedOptions& options) {
-  const bool writes = options.is_main_process;
-  if (!writes && !options.save_function) return;  // another process writes
-  const std::map<std::string, Tensor> weights = unique_tensors(model);
-  const std::string weights_path = dir + "/model.safetensors";
-  std::error_code ec;
-  std::exception_ptr config_error;
-  if (writes) {
-    // The config goes first: a save_function that is a collective (Accelerator::save) then
-    // returns on every process only after both files are written.
-    std::filesystem::create_directories(dir, ec);
-    if (!ec) {
-      try {
+  write_pretrained(
+      model,
+      [&] {
         BertConfig c = config;
         c.architectures = {architecture};
-        c.save(dir + "/config.json");
-      } catch (...) {
-        config_error = std::current_exception();
-      }
-    }
-  }
-  // Reached on every process, even after a failure here: a collective save_function must be.
-  // Writing into a directory that could not be made then fails, naming the file, everywhere.
-  if (options.save_function) options.save_function(weights, weights_path);
-  if (!writes) return;
-  EMBER_CHECK(!ec, "save_pretrained: cannot create directory '", dir, "': ", ec.message());
-  if (config_error) std::rethrow_exception(config_error);
-  if (!options.save_function) save_safetensors(weights_path, weights, {{"format", "pt"}});
-}
-
-void BertModel::save_pretrained(const std::string& dir, const SavePretrainedOptions& options) const {
-  nn::save_pretrained(*this, config, dir, "BertModel", options);
-}
-
-void BertForMaskedLM::save_pretrained(const std::string& dir, const SavePretrainedOptions& options) const {
-  nn::save_pretrained(*this, config, dir, "BertForMaskedLM", options);
-}
-
-void BertForSequenceClassification::save_pretrained(const std::string& dir,
-                                                    const SavePretrainedOptions& options) const {
-  nn::save_pretrained(*this, config, dir, "BertForSequenceClassification", options);
+        return JsonConfig::parse(c.to_json_string(), dir + "/config.json");
+      },
+      dir, options);
 }
 
 LoadReport load_pretrained_weights(Module& model, const std::string& dir) {

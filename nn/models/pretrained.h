@@ -1,16 +1,17 @@
-// Hugging Face directory format: config.json + model.safetensors.
+// Hugging Face directory format for BERT: config.json + model.safetensors.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "nn/models/bert.h"
+#include "nn/models/pretrained_model.h"
 
 namespace ember::nn {
 
-// Writes config.json and model.safetensors into `dir` (created if needed). Tied parameters are
-// stored once, as transformers does, under the first of their names. With options (the BERT
-// models' own save_pretrained takes them too): a process whose is_main_process is false writes
-// nothing, and a save_function writes the weights (called on every process; see
-// SavePretrainedOptions).
+// Writes config.json (`config` with architectures = {architecture}) and model.safetensors into
+// `dir` (created if needed), as write_pretrained does (nn/models/pretrained_model.h): tied
+// parameters stored once, under the first of their names, and the options honoured. The BERT
+// models' own save_pretrained (nn::PretrainedModel) writes the same files.
 void save_pretrained(const Module& model, const BertConfig& config, const std::string& dir,
                      const std::string& architecture, const SavePretrainedOptions& options = {});
 

@@ -14,6 +14,7 @@
 
 #include "ddp_test_model.h"
 #include "ember/accelerate.h"
+#include "small_bert.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -456,12 +457,7 @@ TEST(AcceleratorCheckpoint, SaveModelTakesTheHandleASharedPtrOrTheModule) {
 
 TEST(AcceleratorCheckpoint, SavePretrainedWritesOnlyOnTheMainProcessOrThroughTheSaveFunction) {
   ember::testing::TempDir dir("accel_save_pretrained");
-  nn::BertConfig cfg = nn::BertConfig::tiny(64);
-  cfg.num_hidden_layers = 1;
-  cfg.hidden_size = 16;
-  cfg.num_attention_heads = 2;
-  cfg.intermediate_size = 32;
-  cfg.max_position_embeddings = 16;
+  nn::BertConfig cfg = ember::testing::one_layer_bert_config(64);
   Accelerator acc({.mixed_precision = "bf16"});
   auto bert = acc.prepare(std::make_shared<nn::BertForMaskedLM>(cfg));
   acc.unwrap_model(bert)->save_pretrained(dir.file("main"), {.is_main_process = acc.is_main_process(),
@@ -736,12 +732,7 @@ TEST(AcceleratorCheckpoint, SaveModelWritesSafetensorsOrTheHuggingFaceFormat) {
   EXPECT_EQ(saved.size(), model->state_dict().size());
   EXPECT_TRUE(ember::testing::all_close(saved.at("fc1.weight"), model->fc1->weight, 0, 0));
 
-  nn::BertConfig cfg = nn::BertConfig::tiny(64);
-  cfg.num_hidden_layers = 1;
-  cfg.hidden_size = 16;
-  cfg.num_attention_heads = 2;
-  cfg.intermediate_size = 32;
-  cfg.max_position_embeddings = 16;
+  nn::BertConfig cfg = ember::testing::one_layer_bert_config(64);
   auto bert = std::make_shared<nn::BertForSequenceClassification>(cfg);
   acc.save_model(*bert, dir.file("bert"));
   EXPECT_TRUE(fs::exists(dir.file("bert/config.json")));

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "accelerate/accelerator.h"
 #include "bert_golden_support.h"
 #include "core/device_api.h"
-#include "accelerate/accelerator.h"
 #include "distributed/ddp.h"
 #include "distributed/hash_store.h"
 #include "nn/functional.h"

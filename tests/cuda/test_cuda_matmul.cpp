@@ -1,4 +1,4 @@
-// CUDA matmul, bmm and linear (cuBLASLt, kernels/cuda/matmul.cu) against the double
+// CUDA matmul, bmm and linear (cuBLASLt, kernels/cuda/linalg_matmul.cu) against the double
 // reference: every float dtype, operands laid out contiguous, transposed, padded, misaligned,
 // strided (copied first), batch-permuted and batch-expanded; broadcast batch dims (folded into
 // one GEMM, strided-batched, or copied contiguous first); 1-D operands; bias through the epilogue and

@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddp_test_model.h"
 #include "accelerate/accelerator.h"
+#include "ddp_test_model.h"
 #include "optim/sgd_adam.h"
 #include "process_test_util.h"
 #include "test_util.h"

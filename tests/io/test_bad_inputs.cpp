@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "accelerate/launch_config.h"
 #include "core/error.h"
 #include "data/tsv_dataset.h"
 #include "data/wordpiece_tokenizer.h"
-#include "accelerate/launch_config.h"
 #include "nn/io/json_config.h"
 #include "nn/io/safetensors.h"
 #include "nn/models/bert_config.h"

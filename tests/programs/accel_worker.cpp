@@ -31,15 +31,17 @@
 #include <cstdlib>
 #include <string>
 
-#include "ddp_test_model.h"
+#include "accelerate/accelerator.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
-#include "accelerate/accelerator.h"
+#include "ddp_test_model.h"
 #include "distributed/overflow_agreement.h"
 #include "nn/models/pretrained.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd_adam.h"
+#include "small_bert.h"
+#include "worker_expect.h"
 
 using namespace ember;
 using namespace ember::distributed;
@@ -47,14 +49,8 @@ using namespace ember::ddp_test;
 
 namespace {
 
-bool failed = false;
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("rank %s: FAILED %s\n", std::getenv("RANK") ? std::getenv("RANK") : "0", what.c_str());
-    failed = true;
-  }
-}
+using ember::testing::expect;
+bool& failed = ember::testing::worker_failed();
 
 // n samples of the Mlp's regression problem, with their index.
 std::shared_ptr<data::TensorDataset> make_dataset(int64_t n, uint64_t seed) {
@@ -512,12 +508,7 @@ int run_structures(const std::string& dir) {
 
   // save_pretrained through the Accelerator: written once, readable on every process after.
   {
-    nn::BertConfig cfg = nn::BertConfig::tiny(40);
-    cfg.num_hidden_layers = 1;
-    cfg.hidden_size = 16;
-    cfg.num_attention_heads = 2;
-    cfg.intermediate_size = 32;
-    cfg.max_position_embeddings = 16;
+    nn::BertConfig cfg = ember::testing::one_layer_bert_config(40);
     auto bert = acc.prepare(std::make_shared<nn::BertForSequenceClassification>(cfg));
     const std::string out = dir + "/bert";
     acc.unwrap_model(bert)->save_pretrained(out, {.is_main_process = acc.is_main_process(),

@@ -20,8 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "ddp_test_model.h"
 #include "accelerate/accelerator.h"
+#include "ddp_test_model.h"
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"
 #include "optim/sgd_adam.h"

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "process_test_util.h"
+#include "test_util.h"
 #include "tracking/plot/html_report.h"
 #include "tracking/plot/run_metrics.h"
 #include "tracking/tracker_group.h"
-#include "process_test_util.h"
-#include "test_util.h"
 
 namespace ember {
 namespace {

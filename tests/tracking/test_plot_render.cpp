@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "tracking/plot/html_report.h"
 #include "png_reader.h"
 #include "test_util.h"
+#include "tracking/plot/html_report.h"
 
 namespace ember::plot {
 namespace {

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "process_test_util.h"
+#include "test_util.h"
 #include "tracking/plot/axis_ticks.h"
 #include "tracking/plot/html_report.h"
 #include "tracking/plot/run_metrics.h"
 #include "tracking/plot/svg_chart.h"
-#include "process_test_util.h"
-#include "test_util.h"
 
 namespace ember::plot {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tracking/progress.h"
 #include "test_util.h"
+#include "tracking/progress.h"
 
 namespace ember {
 namespace {

@@ -16,15 +16,15 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "tracking/plot/html_report.h"
-#include "tracking/crc32c.h"
-#include "tracking/jsonl_tracker.h"
-#include "tracking/protobuf_writer.h"
-#include "tracking/tensorboard_tracker.h"
-#include "tracking/tfrecord_writer.h"
 #include "ember/accelerate.h"
 #include "process_test_util.h"
 #include "test_util.h"
+#include "tracking/crc32c.h"
+#include "tracking/jsonl_tracker.h"
+#include "tracking/plot/html_report.h"
+#include "tracking/protobuf_writer.h"
+#include "tracking/tensorboard_tracker.h"
+#include "tracking/tfrecord_writer.h"
 
 using namespace ember;
 using namespace ember::distributed;

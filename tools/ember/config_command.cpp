@@ -5,10 +5,10 @@
 #include <optional>
 #include <set>
 
+#include "accelerate/launch_config.h"
 #include "command_line.h"
 #include "core/device_api.h"
 #include "core/error.h"
-#include "accelerate/launch_config.h"
 #include "subcommands.h"
 
 namespace ember::cli {

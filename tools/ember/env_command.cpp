@@ -11,12 +11,12 @@
 
 #include <gloo/config.h>
 
+#include "accelerate/launch_config.h"
 #include "command_line.h"
+#include "core/cpu_features.h"
 #include "core/device_api.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "core/cpu_features.h"
-#include "accelerate/launch_config.h"
 #include "subcommands.h"
 #include "version.h"
 

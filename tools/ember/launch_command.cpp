@@ -10,9 +10,9 @@
 #include <optional>
 #include <set>
 
+#include "accelerate/launch_config.h"
 #include "command_line.h"
 #include "core/error.h"
-#include "accelerate/launch_config.h"
 #include "launch_limits.h"
 #include "rank_supervisor.h"
 #include "subcommands.h"

@@ -4,8 +4,8 @@
 
 #include "command_line.h"
 #include "core/error.h"
-#include "tracking/plot/html_report.h"
 #include "subcommands.h"
+#include "tracking/plot/html_report.h"
 
 namespace ember::cli {
 

@@ -1,5 +1,5 @@
 // CUDA cross-entropy, forward and backward (core/native/nn_functional.h), semantics as
-// kernels/cpu/cross_entropy.cpp: logits [N, C, D], target [N, D], 16-bit types computed in
+// kernels/cpu/nn_functional_cross_entropy.cpp: logits [N, C, D], target [N, D], 16-bit types computed in
 // float, f64 in double, per-row losses in double.
 //
 // Forward: each (n, d) row is read once. Every thread keeps an online (max, sum of exp

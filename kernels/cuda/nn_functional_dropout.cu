@@ -1,5 +1,5 @@
 // CUDA dropout and its backward (core/native/nn_functional.h), semantics as
-// kernels/cpu/dropout.cpp. Element e keeps when word e % 4 of the Philox block at counter
+// kernels/cpu/nn_functional_dropout.cpp. Element e keeps when word e % 4 of the Philox block at counter
 // state.offset + e / 4 is >= the threshold, so each thread draws one Philox block and decides
 // the four elements it covers: the mask is the CPU's bit for bit, and no word is drawn twice.
 // When every pointer is aligned to a group of four elements the thread moves them with one

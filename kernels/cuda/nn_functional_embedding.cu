@@ -1,4 +1,4 @@
-// CUDA embedding lookup and its backward, with the semantics of kernels/cpu/embedding.cpp.
+// CUDA embedding lookup and its backward, with the semantics of kernels/cpu/nn_functional_embedding.cpp.
 //
 // Forward: a flat grid-stride copy of output words, each word taken from the row its index
 // names; words are 16 bytes when the row length and both pointers allow (8, 4, 2 or 1
