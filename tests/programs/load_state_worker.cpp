@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "accelerate/accelerator.h"
 #include "bitwise_snapshot.h"
@@ -65,7 +66,13 @@ int main(int argc, char** argv) {
   auto dataset = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{
       {"x", uniform_tensor(40, {24, kIn})}, {"y", uniform_tensor(41, {24, kOut})}});
   data::DataLoader loader(dataset, {.batch_size = 2, .shuffle = true, .seed = 3});
-  auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+  // Named variables, not a structured binding: the lambdas below capture them (clang 14, which
+  // the sanitizer build uses, cannot capture structured bindings).
+  const auto prepared = acc.prepare(model, opt, loader, sched);
+  const auto& m = std::get<0>(prepared);
+  const auto& o = std::get<1>(prepared);
+  const auto& l = std::get<2>(prepared);
+  const auto& s = std::get<3>(prepared);
   Counter counter;
   acc.register_for_checkpointing(counter);
   auto train = [&](int n) {
