@@ -90,13 +90,13 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   end = std::clamp<int64_t>(end, start, n);
   Shape sh = x.shape(), st = x.strides();
   sh[dim] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
-  int64_t stepped = 0;
-  if (!__builtin_mul_overflow(st[dim], step, &stepped)) {
+  // A dim of at most one element never advances, so its stride stays as it was: a huge step
+  // would give a stride that kernels overflow when they turn it into bytes.
+  if (sh[dim] > 1) {
+    int64_t stepped = 0;
+    EMBER_CHECK(!__builtin_mul_overflow(st[dim], step, &stepped), "slice: step ", step, " overflows stride ",
+                st[dim], " of dim ", dim, " (shape ", x.shape(), ")");
     st[dim] = stepped;
-  } else {
-    // A dim of at most one element never advances, so its stride may stay as it was.
-    EMBER_CHECK(sh[dim] <= 1, "slice: step ", step, " overflows stride ", st[dim], " of dim ", dim,
-                " (shape ", x.shape(), ")");
   }
   return make_view(x, sh, st, x.storage_offset() + start * x.strides()[dim]);
 }

@@ -24,7 +24,13 @@ using namespace ember;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// gcc says so with __SANITIZE_*__, clang with __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define EMBER_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(EMBER_TEST_SANITIZED)
 constexpr bool kSanitized = true;  // the sanitizers' own allocators die under RLIMIT_AS
 #else
 constexpr bool kSanitized = false;
