@@ -1,11 +1,11 @@
 // Version counters: every in-place write bumps its storage's counter (shared by views), and a
 // backward that reads a tensor saved before an in-place change raises as PyTorch does, while
 // the in-place changes PyTorch allows (after backward, on tensors nobody saved) still work.
-#include "test_util.h"
-
+#include <cmath>
 #include <string>
 
 #include "autograd/node.h"
+#include "test_util.h"
 
 using namespace ember;
 
