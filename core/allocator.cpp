@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -65,6 +66,17 @@ size_t CpuCachingAllocator::class_size(size_t index) {
   return (size_t(1) << k) + j * (size_t(1) << (k - 3));
 }
 
+namespace {
+
+void count_in_use(AllocatorStats& stats, size_t size, size_t nbytes) {
+  stats.bytes_in_use += int64_t(size);
+  stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+  stats.requested_bytes_in_use += int64_t(nbytes);
+  stats.peak_requested_bytes = std::max(stats.peak_requested_bytes, stats.requested_bytes_in_use);
+}
+
+}  // namespace
+
 void* CpuCachingAllocator::allocate(size_t nbytes) {
   EMBER_CHECK(nbytes <= kMaxRequest, "CPU allocator: out of memory allocating ", nbytes, " bytes (",
               double(nbytes) / (1 << 20), " MiB)");
@@ -77,11 +89,21 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
       EMBER_UNPOISON(b, sizeof(FreeBlock));
       free_lists_[cls] = b->next;
       ++stats_.num_cache_hits;
-      stats_.bytes_in_use += int64_t(size);
-      stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+      count_in_use(stats_, size, nbytes);
       EMBER_POISON(b, size);
       EMBER_UNPOISON(b, nbytes);
       return b;
+    }
+    if (memory_limit_ > 0 && stats_.bytes_reserved + int64_t(size) > memory_limit_) {
+      release_cache_locked();
+      EMBER_CHECK(stats_.bytes_reserved + int64_t(size) <= memory_limit_, "CPU allocator: out of memory allocating ",
+                  nbytes, " bytes (", double(nbytes) / (1 << 20), " MiB): the memory limit is ", memory_limit_,
+                  " bytes (set_memory_limit or EMBER_CPU_MEMORY_LIMIT) and ", stats_.bytes_reserved,
+                  " bytes are in use");
+      // Reserve under the lock, so that two threads cannot both pass the limit.
+      stats_.bytes_reserved += int64_t(size);
+    } else {
+      stats_.bytes_reserved += int64_t(size);
     }
   }
   void* p = std::aligned_alloc(kAlignment, size);
@@ -89,13 +111,15 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
     empty_cache();
     p = std::aligned_alloc(kAlignment, size);
   }
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_reserved -= int64_t(size);
+  }
   EMBER_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes (",
               double(nbytes) / (1 << 20), " MiB)");
   EMBER_POISON(static_cast<char*>(p) + nbytes, size - nbytes);
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.bytes_reserved += int64_t(size);
-  stats_.bytes_in_use += int64_t(size);
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  count_in_use(stats_, size, nbytes);
   return p;
 }
 
@@ -110,6 +134,7 @@ void CpuCachingAllocator::deallocate(void* ptr, size_t nbytes) noexcept {
   free_lists_[cls] = b;
   EMBER_POISON(ptr, size);
   stats_.bytes_in_use -= int64_t(size);
+  stats_.requested_bytes_in_use -= int64_t(nbytes);
 }
 
 AllocatorStats CpuCachingAllocator::stats() const {
@@ -120,10 +145,37 @@ AllocatorStats CpuCachingAllocator::stats() const {
 void CpuCachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_requested_bytes = stats_.requested_bytes_in_use;
+}
+
+void CpuCachingAllocator::set_memory_limit(int64_t bytes) {
+  EMBER_CHECK(bytes >= 0, "CPU allocator: the memory limit must be >= 0 bytes (0: none), got ", bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_limit_ = bytes;
+}
+
+int64_t CpuCachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return memory_limit_;
+}
+
+int64_t CpuCachingAllocator::parse_memory_limit(const char* text) {
+  const std::string value = text ? text : "";
+  size_t digits = 0;
+  while (digits < value.size() && value[digits] >= '0' && value[digits] <= '9') ++digits;
+  const std::string suffix = value.substr(digits);
+  const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  EMBER_CHECK(digits > 0 && digits <= 15 && shift >= 0, "EMBER_CPU_MEMORY_LIMIT: expected bytes, or a number with "
+              "K, M or G (e.g. 4096, 512M, 2G), got '", value, "'");
+  return std::stoll(value.substr(0, digits)) << shift;
 }
 
 void CpuCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  release_cache_locked();
+}
+
+void CpuCachingAllocator::release_cache_locked() {
   for (size_t cls = 0; cls < kNumClasses; ++cls) {
     const size_t size = class_size(cls);
     while (FreeBlock* b = free_lists_[cls]) {
@@ -138,7 +190,13 @@ void CpuCachingAllocator::empty_cache() {
 
 CpuCachingAllocator& cpu_allocator() {
   // Leaked on purpose: tensors in static storage may be freed after main returns.
-  static auto* alloc = new CpuCachingAllocator();
+  static auto* alloc = [] {
+    const char* limit = std::getenv("EMBER_CPU_MEMORY_LIMIT");
+    const int64_t bytes = limit && *limit ? CpuCachingAllocator::parse_memory_limit(limit) : 0;
+    auto* a = new CpuCachingAllocator();
+    a->set_memory_limit(bytes);
+    return a;
+  }();
   return *alloc;
 }
 

@@ -16,6 +16,8 @@ namespace ember {
 struct AllocatorStats {
   int64_t bytes_in_use = 0;       // requested bytes held by live tensors (rounded to size class)
   int64_t peak_bytes_in_use = 0;
+  int64_t requested_bytes_in_use = 0;  // the same, unrounded: what the tensors asked for
+  int64_t peak_requested_bytes = 0;
   int64_t bytes_reserved = 0;     // bytes obtained from the system, in use or cached
   int64_t num_allocations = 0;    // calls to allocate
   int64_t num_cache_hits = 0;     // of which served from the cache
@@ -42,7 +44,16 @@ class CpuCachingAllocator final : public Allocator {
   void deallocate(void* ptr, size_t nbytes) noexcept override;
   Device device() const override { return Device::cpu(); }
   AllocatorStats stats() const;
-  void reset_peak();
+  void reset_peak();  // both peaks restart from what is in use now
+  // A cap on the bytes obtained from the system (in use or cached), as PyTorch's per-process
+  // memory fraction: a request that would pass it, after returning every cached block, raises
+  // ember::Error ("out of memory", the request, the limit and what is in use) and changes
+  // nothing. 0 means no limit. The variable EMBER_CPU_MEMORY_LIMIT sets it at start-up.
+  void set_memory_limit(int64_t bytes);
+  int64_t memory_limit() const;
+  // EMBER_CPU_MEMORY_LIMIT's value: bytes, or a number with K, M or G (powers of 1024);
+  // ember::Error naming the variable for anything else.
+  static int64_t parse_memory_limit(const char* text);
   void empty_cache();  // returns every cached (unused) block to the system
   // Size classes: powers of two up to 1 MiB, then eighths of a power of two (<= 12.5% waste).
   static size_t round_size(size_t nbytes);
@@ -61,9 +72,12 @@ class CpuCachingAllocator final : public Allocator {
   static size_t class_index(size_t rounded);  // of a round_size result
   static size_t class_size(size_t index);
 
+  void release_cache_locked();  // empty_cache with mu_ held
+
   mutable std::mutex mu_;
   FreeBlock* free_lists_[kNumClasses] = {};
   AllocatorStats stats_;
+  int64_t memory_limit_ = 0;
 };
 
 CpuCachingAllocator& cpu_allocator();
