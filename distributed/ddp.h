@@ -86,9 +86,6 @@ class DistributedDataParallel {
   void reset_comm_stats() { reducer_->reset_stats(); }
 
  private:
-  void verify_same_model_on_all_ranks();
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
-
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<ProcessGroup> pg_;
   DDPOptions options_;

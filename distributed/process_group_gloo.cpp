@@ -404,6 +404,9 @@ void ProcessGroupGloo::Impl::run() {
         error = std::make_exception_ptr(Error(broken_));
       }
     }
+    // Drop the tensors the collective captured before its waiter wakes: memory the caller
+    // frees after wait() is then free, not held until this thread's next iteration.
+    task.fn = nullptr;
     task.work->finish(error);
   }
 }

@@ -9,14 +9,12 @@
 
 namespace ember::optim {
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+double accumulate_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
   NoGradGuard ng;
   const bool inf_norm = std::isinf(norm_type);
   EMBER_CHECK(inf_norm || norm_type > 0, "clip_grad_norm_: norm_type must be positive, got ", norm_type);
   double total = 0.0;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
+  for (const auto& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;
     // Norms in the gradient's own precision (f64 stays f64); half types are widened to f32.
     Tensor a = abs(g.dtype() == DType::f64 ? g : g.to(DType::f32));
@@ -28,19 +26,34 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
       total += sum(pow(a, norm_type)).item<double>();
     }
   }
-  if (!inf_norm) total = std::pow(total, 1.0 / norm_type);
-  if (!std::isfinite(total)) {
-    EMBER_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total,
+  return total;
+}
+
+double finish_grad_norm(double accumulated, double norm_type) {
+  return std::isinf(norm_type) ? accumulated : std::pow(accumulated, 1.0 / norm_type);
+}
+
+void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double total_norm,
+                         bool error_if_nonfinite) {
+  NoGradGuard ng;
+  if (!std::isfinite(total_norm)) {
+    EMBER_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total_norm,
                 "; set error_if_nonfinite=false to skip this check");
-    return total;
+    return;
   }
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0) {
-    for (const auto& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) g.mul_(coef);
-    }
-  }
+  const double coef = max_norm / (total_norm + 1e-6);
+  if (coef >= 1.0) return;
+  for (const auto& g : grads)
+    if (g.defined()) Tensor(g).mul_(coef);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params) grads.push_back(p.grad());
+  const double total = finish_grad_norm(accumulate_grad_norm(grads, norm_type), norm_type);
+  scale_grads_to_norm(grads, max_norm, total, error_if_nonfinite);
   return total;
 }
 

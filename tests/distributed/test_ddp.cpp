@@ -13,40 +13,15 @@
 #include "distributed/process_group_gloo.h"
 #include "process_test_util.h"
 #include "test_util.h"
+#include "thread_ranks.h"
 
 using namespace ember;
 using namespace ember::distributed;
 using namespace ember::ddp_test;
+using ember::test::expect_no_errors;
+using ember::test::run_ranks;
 
 namespace {
-
-constexpr auto kTimeout = std::chrono::seconds(20);
-
-// Runs fn(pg) on `world` threads, one rank each; returns each rank's error message ("" = none).
-std::vector<std::string> run_ranks(int world, const std::function<void(std::shared_ptr<ProcessGroup>)>& fn) {
-  auto store = std::make_shared<HashStore>(kTimeout);
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroupOptions opt;
-        opt.timeout = kTimeout;
-        auto pg = std::make_shared<ProcessGroupGloo>(store, r, world, opt);
-        fn(pg);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        if (errors[size_t(r)].empty()) errors[size_t(r)] = "empty error";
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-void expect_no_errors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
 
 std::vector<float> flat_grads(const nn::Module& m) {
   std::vector<float> out;
@@ -389,46 +364,17 @@ TEST(DDP, APassThatFailsMidwayIsDrainedAndForgotten) {
 
 namespace {
 
-struct Child {
-  std::string log;
-  int status = -1;
-  bool killed = false;
-};
-
-// Starts every rank of ddp_worker, waits at most `deadline`, kills what is left.
-std::vector<Child> run_workers(int world, const std::string& mode, std::chrono::seconds deadline) {
-  const std::string exe = std::string(EMBER_TEST_PROGRAMS) + "/ddp_worker";
-  const std::string port = std::to_string(ember::testing::free_port());
-  std::vector<Child> children(static_cast<size_t>(world));
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    Child& c = children[size_t(r)];
-    c.log = ::testing::TempDir() + "ddp_worker_" + mode + "_" + port + "_" + std::to_string(r) + ".log";
-    pids.push_back(ember::testing::spawn_logged({exe, mode, std::to_string(r), std::to_string(world), port}, c.log));
-  }
-  const auto reaped = ember::testing::reap_all(pids, deadline);
-  for (size_t i = 0; i < children.size(); ++i) {
-    children[i].status = reaped[i].status;
-    children[i].killed = reaped[i].killed;
-  }
-  return children;
+std::vector<ember::testing::RankProcess> run_workers(int world, const std::string& mode, std::chrono::seconds deadline) {
+  return ember::testing::run_rank_processes("ddp_worker", mode, world, deadline);
 }
-
-std::string read_log(const Child& c) {
-  std::string text = ember::testing::read_text_file(c.log);
-  std::remove(c.log.c_str());
-  return c.killed ? "(killed at the deadline)\n" + text : text;
-}
-
-bool exited_ok(const Child& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
 
 }  // namespace
 
 TEST(DDPProcesses, TwoProcessesMatchOneProcessOnTheConcatenatedBatch) {
   auto children = run_workers(2, "train", std::chrono::seconds(60));
   for (size_t r = 0; r < children.size(); ++r) {
-    const std::string log = read_log(children[r]);
-    EXPECT_TRUE(exited_ok(children[r])) << "rank " << r << " " << children[r].log << ":\n" << log;
+    const std::string log = children[r].take_log();
+    EXPECT_TRUE(children[r].exited_ok()) << "rank " << r << " " << children[r].log << ":\n" << log;
     EXPECT_NE(log.find("equivalence ok"), std::string::npos) << log;
     EXPECT_NE(log.find("no_sync ok"), std::string::npos) << log;
   }
@@ -437,8 +383,8 @@ TEST(DDPProcesses, TwoProcessesMatchOneProcessOnTheConcatenatedBatch) {
 TEST(DDPProcesses, ShapeMismatchIsReportedByEveryProcess) {
   auto children = run_workers(2, "mismatch", std::chrono::seconds(60));
   for (size_t r = 0; r < children.size(); ++r) {
-    const std::string log = read_log(children[r]);
-    EXPECT_TRUE(exited_ok(children[r])) << "rank " << r << ":\n" << log;
+    const std::string log = children[r].take_log();
+    EXPECT_TRUE(children[r].exited_ok()) << "rank " << r << ":\n" << log;
     EXPECT_NE(log.find("parameter 'fc1.weight' has shape [16, 6] on rank 0 but [17, 6] on rank 1"), std::string::npos)
         << log;
   }

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -120,6 +121,47 @@ inline std::string read_text_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// One rank of a job run by run_rank_processes: its log file and how it ended.
+struct RankProcess {
+  std::string log;
+  int status = -1;
+  bool killed = false;
+  bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  // The log's text (deleted afterwards), prefixed with a line when the deadline killed it.
+  std::string take_log() const {
+    std::string text = read_text_file(log);
+    std::remove(log.c_str());
+    return killed ? "(killed at the deadline)\n" + text : text;
+  }
+};
+
+// Starts `world` ranks of the test program `program` as `program mode rank world port` (rank 0
+// serves the store on the port), waits at most `deadline` and kills what is left.
+inline std::vector<RankProcess> run_rank_processes(const std::string& program, const std::string& mode, int world,
+                                                   std::chrono::seconds deadline) {
+#ifdef EMBER_TEST_PROGRAMS  // test binaries: the build's programs folder (support/test_paths.h)
+  const std::string exe = std::string(EMBER_TEST_PROGRAMS) + "/" + program;
+#else
+  const char* dir = std::getenv("EMBER_TEST_PROGRAMS");
+  const std::string exe = std::string(dir ? dir : ".") + "/" + program;
+#endif
+  const std::string port = std::to_string(free_port());
+  std::vector<RankProcess> ranks(static_cast<size_t>(world));
+  std::vector<pid_t> pids;
+  const char* tmp = std::getenv("TMPDIR");
+  for (int r = 0; r < world; ++r) {
+    RankProcess& c = ranks[size_t(r)];
+    c.log = std::string(tmp ? tmp : "/tmp") + "/" + program + "_" + mode + "_" + port + "_" + std::to_string(r) + ".log";
+    pids.push_back(spawn_logged({exe, mode, std::to_string(r), std::to_string(world), port}, c.log));
+  }
+  const auto reaped = reap_all(pids, deadline);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i].status = reaped[i].status;
+    ranks[i].killed = reaped[i].killed;
+  }
+  return ranks;
 }
 
 }  // namespace ember::testing

@@ -1,0 +1,376 @@
+#include "distributed/fsdp.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "core/factory.h"
+#include "core/grad_mode.h"
+#include "distributed/model_replica.h"
+#include "optim/clip_grad.h"
+
+namespace ember::distributed {
+
+const char* sharding_strategy_name(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::FULL_SHARD: return "FULL_SHARD";
+    case ShardingStrategy::SHARD_GRAD_OP: return "SHARD_GRAD_OP";
+    case ShardingStrategy::SHARD_OPTIMIZER: return "SHARD_OPTIMIZER";
+    case ShardingStrategy::NO_SHARD: return "NO_SHARD";
+  }
+  return "?";
+}
+
+ShardingStrategy parse_sharding_strategy(const std::string& name) {
+  std::string up;
+  for (char c : name) up.push_back(char(std::toupper(static_cast<unsigned char>(c))));
+  for (auto s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::SHARD_OPTIMIZER,
+                 ShardingStrategy::NO_SHARD})
+    if (up == sharding_strategy_name(s)) return s;
+  const bool numeric = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(c); });
+  EMBER_CHECK(!numeric, "sharding strategy '", name, "': give the name, not a number (Accelerate's 1 is FULL_SHARD, "
+              "DeepSpeed's stage 1 is SHARD_OPTIMIZER): stage 1 = SHARD_OPTIMIZER, stage 2 = SHARD_GRAD_OP, "
+              "stage 3 = FULL_SHARD, no sharding = NO_SHARD");
+  EMBER_FAIL("unknown sharding strategy '", name, "'; expected FULL_SHARD, SHARD_GRAD_OP, SHARD_OPTIMIZER or NO_SHARD");
+}
+
+// One unit's buffers. flat_param holds the replicated parameters (each one a view into it);
+// shard_views are this rank's pieces of them, what the optimizer steps.
+struct FullyShardedDataParallel::Unit {
+  Tensor flat_param;               // f32 [padded]
+  Tensor flat_grad;                // f32 [padded]: kept across steps under SHARD_OPTIMIZER, else per pass
+  std::vector<Tensor> shard_views; // one per parameter, 1-D, maybe empty
+  std::vector<int64_t> view_offset;  // the view's first element within the owned range
+  std::vector<bool> ready;
+  size_t pending = 0;
+  Tensor reduced;                  // the averaged owned range, in reduce_dtype
+  std::shared_ptr<Work> work;
+  Tensor in_flight;                // what the collective reads, kept alive until it finished
+};
+
+// Ties the end-of-backward callback to its pass (as the Reducer's does): a pass the engine
+// dropped without finishing drains its collectives and starts clean next time.
+struct FullyShardedDataParallel::PassToken {
+  std::weak_ptr<FullyShardedDataParallel> owner;
+  bool finished = false;
+  ~PassToken() {
+    if (finished) return;
+    if (auto f = owner.lock()) f->abandon_pass();
+  }
+};
+
+std::shared_ptr<FullyShardedDataParallel> FullyShardedDataParallel::create(std::shared_ptr<nn::Module> model,
+                                                                           std::shared_ptr<ProcessGroup> pg,
+                                                                           FSDPOptions options) {
+  std::shared_ptr<FullyShardedDataParallel> f(new FullyShardedDataParallel(std::move(model), std::move(pg), options));
+  f->install_hooks();
+  return f;
+}
+
+std::shared_ptr<FullyShardedDataParallel> shard_model(std::shared_ptr<nn::Module> model,
+                                                      std::shared_ptr<ProcessGroup> pg, FSDPOptions options) {
+  return FullyShardedDataParallel::create(std::move(model), std::move(pg), std::move(options));
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> pg,
+                                                   FSDPOptions options)
+    : model_(std::move(model)), pg_(std::move(pg)), options_(std::move(options)) {
+  const char* who = "sharded data parallel";
+  EMBER_CHECK(model_ != nullptr, who, ": model is null");
+  EMBER_CHECK(pg_ != nullptr, who, ": process group is null");
+  EMBER_CHECK(options_.sharding_strategy != ShardingStrategy::FULL_SHARD, who,
+              ": FULL_SHARD (stage 3, parameters sharded) is not available in this version; choose SHARD_GRAD_OP "
+              "(stage 2) or SHARD_OPTIMIZER (stage 1), which keep the parameters replicated");
+  const auto& pd = options_.mixed_precision.param_dtype;
+  EMBER_CHECK(!pd || *pd == DType::f32, who, ": param_dtype ", pd ? dtype_name(*pd) : "", " under ",
+              sharding_strategy_name(options_.sharding_strategy),
+              ": this strategy computes on the replicated f32 parameters; run the forward under autocast "
+              "(AutocastGuard, or the Accelerator's mixed_precision) for bf16/f16 compute");
+  const DType rd = options_.mixed_precision.reduce_dtype;
+  EMBER_CHECK(rd == DType::f32 || rd == DType::bf16 || rd == DType::f16, who, ": reduce_dtype must be f32, bf16 or "
+              "f16, got ", dtype_name(rd));
+  EMBER_CHECK(!options_.activation_checkpointing, who, ": activation_checkpointing is applied by the Accelerator; "
+              "without it call gradient_checkpointing_enable() on the model or ember::checkpoint in its forward");
+  verify_same_model_on_all_ranks(*model_, *pg_, who);
+  std::vector<Tensor> state;
+  for (auto& [name, t] : model_->named_parameters()) state.push_back(t);
+  for (auto& [name, t] : model_->named_buffers()) state.push_back(t);
+  broadcast_from_rank0(*pg_, state);
+  layouts_ = plan_units(*model_, options_, pg_->size());
+  build_units();
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  remove_hooks();
+  for (auto& u : units_) {
+    if (!u->work) continue;
+    try {
+      u->work->wait();
+    } catch (...) {
+    }
+  }
+}
+
+std::pair<int64_t, int64_t> FullyShardedDataParallel::owned_range(const UnitLayout& u) const {
+  if (options_.sharding_strategy == ShardingStrategy::NO_SHARD) return {0, u.padded_numel};
+  const int64_t r = pg_->rank();
+  return {r * u.shard_numel, (r + 1) * u.shard_numel};
+}
+
+void FullyShardedDataParallel::build_units() {
+  NoGradGuard no_grad;
+  for (const UnitLayout& layout : layouts_) {
+    auto unit = std::make_unique<Unit>();
+    unit->flat_param = zeros({layout.padded_numel});
+    const auto [lo, hi] = owned_range(layout);
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const FlatParamEntry& e = layout.params[i];
+      Tensor param = e.param;
+      const Shape shape = param.shape();
+      Tensor slot = make_view(unit->flat_param, shape, contiguous_strides(shape), e.offset);
+      slot.copy_(param);
+      param.set_grad(Tensor());
+      nn::replace_data(param, slot);  // the parameter keeps its identity, now inside the flat buffer
+      const auto [first, len] = layout.overlap(i, lo, hi);
+      Tensor view = make_view(unit->flat_param, {len}, {1}, len ? e.offset + first : 0).detach();
+      view.requires_grad_(true);
+      unit->shard_views.push_back(view);
+      unit->view_offset.push_back(len ? e.offset + first - lo : 0);
+    }
+    unit->ready.assign(layout.params.size(), false);
+    unit->pending = layout.params.size();
+    if (options_.sharding_strategy == ShardingStrategy::SHARD_OPTIMIZER) unit->flat_grad = zeros({layout.padded_numel});
+    units_.push_back(std::move(unit));
+  }
+  // Reduce the units whose gradients come first in backward first: the last layers.
+  for (size_t u = units_.size(); u-- > 0;) launch_order_.push_back(u);
+}
+
+void FullyShardedDataParallel::install_hooks() {
+  std::weak_ptr<FullyShardedDataParallel> weak = weak_from_this();
+  for (size_t u = 0; u < layouts_.size(); ++u)
+    for (size_t i = 0; i < layouts_[u].params.size(); ++i)
+      hooks_.push_back(layouts_[u].params[i].param.register_post_accumulate_grad_hook([weak, u, i](const Tensor&) {
+        if (auto f = weak.lock()) f->on_gradient_ready(u, i);
+      }));
+}
+
+void FullyShardedDataParallel::remove_hooks() {
+  for (RemovableHandle& h : hooks_) h.remove();
+  hooks_.clear();
+}
+
+std::vector<Tensor> FullyShardedDataParallel::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> FullyShardedDataParallel::named_parameters() const {
+  std::vector<std::pair<int64_t, std::pair<std::string, Tensor>>> all;
+  for (size_t u = 0; u < layouts_.size(); ++u)
+    for (size_t i = 0; i < layouts_[u].params.size(); ++i)
+      all.push_back({layouts_[u].params[i].model_index, {layouts_[u].params[i].name, units_[u]->shard_views[i]}});
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [k, entry] : all) out.push_back(std::move(entry));
+  return out;
+}
+
+std::vector<Tensor> FullyShardedDataParallel::sharded(const std::vector<Tensor>& params) const {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
+    Tensor found;
+    for (size_t u = 0; u < layouts_.size() && !found.defined(); ++u)
+      for (size_t i = 0; i < layouts_[u].params.size(); ++i)
+        if (layouts_[u].params[i].param.impl() == p.impl()) found = units_[u]->shard_views[i];
+    EMBER_CHECK(found.defined(), "sharded data parallel: sharded(): a tensor of shape ", p.shape(),
+                " is not a trainable parameter of the wrapped model");
+    out.push_back(found);
+  }
+  return out;
+}
+
+std::vector<std::string> FullyShardedDataParallel::unit_names() const {
+  std::vector<std::string> out;
+  for (const auto& l : layouts_) out.push_back(l.display_name());
+  return out;
+}
+
+void FullyShardedDataParallel::on_gradient_ready(size_t u, size_t i) {
+  if (!sync_) return;
+  if (!pass_active_) begin_pass();
+  Unit& unit = *units_[u];
+  const FlatParamEntry& e = layouts_[u].params[i];
+  EMBER_CHECK(!unit.ready[i], "sharded data parallel: parameter '", e.name, "' was marked ready twice in one "
+              "backward pass; a parameter accumulates one gradient per backward pass");
+  unit.ready[i] = true;
+  NoGradGuard no_grad;
+  if (!unit.flat_grad.defined()) unit.flat_grad = zeros({layouts_[u].padded_numel});
+  Tensor param = e.param;
+  const Shape shape = param.shape();
+  Tensor slot = make_view(unit.flat_grad, shape, contiguous_strides(shape), e.offset);
+  Tensor g = param.grad();
+  const bool is_slot = g.defined() && g.impl()->storage == slot.impl()->storage && g.storage_offset() == e.offset;
+  if (!is_slot) slot.copy_(g);
+  if (options_.sharding_strategy == ShardingStrategy::SHARD_OPTIMIZER) {
+    // The full gradient stays, as the slot: the next pass accumulates straight into it.
+    if (!is_slot) param.set_grad(slot);
+  } else {
+    param.set_grad(Tensor());  // only the shard is kept
+  }
+  if (--unit.pending == 0) launch_ready_units();
+}
+
+void FullyShardedDataParallel::begin_pass() {
+  auto token = std::make_shared<PassToken>();
+  token->owner = weak_from_this();
+  autograd::queue_callback([token] {
+    token->finished = true;
+    if (auto f = token->owner.lock()) f->finish_pass();
+  });
+  pass_active_ = true;
+}
+
+void FullyShardedDataParallel::launch_ready_units() {
+  while (next_launch_ < launch_order_.size() && units_[launch_order_[next_launch_]]->pending == 0)
+    launch(launch_order_[next_launch_++]);
+}
+
+void FullyShardedDataParallel::launch(size_t u) {
+  Unit& unit = *units_[u];
+  const UnitLayout& layout = layouts_[u];
+  const DType rd = options_.mixed_precision.reduce_dtype;
+  Tensor send = rd == DType::f32 ? unit.flat_grad : unit.flat_grad.to(rd);
+  if (options_.sharding_strategy == ShardingStrategy::NO_SHARD) {
+    if (send.impl() == unit.flat_grad.impl()) send = send.clone();  // flat_grad may be read again below
+    unit.work = pg_->allreduce(send, ReduceOp::Avg);
+    unit.reduced = send;
+  } else {
+    unit.reduced = make_tensor({layout.shard_numel}, rd, Device::cpu());
+    unit.work = pg_->reduce_scatter(unit.reduced.view({1, layout.shard_numel}), send.view({pg_->size(), layout.shard_numel}), ReduceOp::Avg);
+  }
+  unit.in_flight = send;
+  stats_.buckets_reduced++;
+  stats_.bytes_reduced += layout.padded_numel * int64_t(dtype_size(rd));
+}
+
+void FullyShardedDataParallel::finish_pass() {
+  using Clock = std::chrono::steady_clock;
+  NoGradGuard no_grad;
+  try {
+    // Parameters without a gradient in this pass contribute what they accumulated under
+    // no_sync, or zeros: every rank reduces every unit, whatever its own graph used.
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = *units_[u];
+      for (size_t i = 0; i < unit.ready.size(); ++i) {
+        if (unit.ready[i]) continue;
+        if (layouts_[u].params[i].param.grad().defined()) {
+          on_gradient_ready(u, i);
+          continue;
+        }
+        unit.ready[i] = true;
+        if (!unit.flat_grad.defined()) unit.flat_grad = zeros({layouts_[u].padded_numel});
+        --unit.pending;
+      }
+    }
+    launch_ready_units();
+    const auto wait_start = Clock::now();
+    for (size_t u : launch_order_) {
+      std::shared_ptr<Work> w = std::move(units_[u]->work);
+      if (w) w->wait();
+    }
+    const double exposed = std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count();
+
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = *units_[u];
+      Tensor reduced = unit.reduced.dtype() == DType::f32 ? unit.reduced : unit.reduced.to(DType::f32);
+      for (size_t i = 0; i < unit.shard_views.size(); ++i) {
+        Tensor& view = unit.shard_views[i];
+        if (view.numel() == 0) continue;
+        Tensor g = reduced.narrow(0, unit.view_offset[i], view.numel());
+        if (view.grad().defined())
+          Tensor(view.grad()).add_(g);
+        else
+          view.set_grad(g);
+      }
+      unit.reduced = Tensor();
+      unit.in_flight = Tensor();
+      if (options_.sharding_strategy == ShardingStrategy::SHARD_OPTIMIZER)
+        unit.flat_grad.zero_();  // the parameters' .grad: zero again, ready to accumulate
+      else
+        unit.flat_grad = Tensor();
+    }
+    stats_.steps++;
+    stats_.last_exposed_ms = exposed;
+    stats_.total_exposed_ms += exposed;
+    parameters_stale_ = true;
+  } catch (...) {
+    abandon_pass();
+    throw;
+  }
+  reset_pass_state();
+}
+
+void FullyShardedDataParallel::abandon_pass() noexcept {
+  for (auto& u : units_) {
+    if (!u->work) continue;
+    try {
+      u->work->wait();
+    } catch (...) {
+    }
+  }
+  for (auto& u : units_) {
+    u->reduced = Tensor();
+    u->in_flight = Tensor();
+    if (options_.sharding_strategy != ShardingStrategy::SHARD_OPTIMIZER) u->flat_grad = Tensor();
+  }
+  reset_pass_state();
+}
+
+void FullyShardedDataParallel::reset_pass_state() {
+  for (auto& u : units_) {
+    std::fill(u->ready.begin(), u->ready.end(), false);
+    u->pending = u->ready.size();
+    u->work.reset();
+  }
+  next_launch_ = 0;
+  pass_active_ = false;
+}
+
+void FullyShardedDataParallel::sync_parameters() {
+  if (!parameters_stale_) return;
+  parameters_stale_ = false;
+  // Without sharding every rank stepped every element itself.
+  if (options_.sharding_strategy == ShardingStrategy::NO_SHARD || pg_->size() == 1) return;
+  NoGradGuard no_grad;
+  const int r = pg_->rank();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = *units_[u];
+    const int64_t s = layouts_[u].shard_numel;
+    std::vector<Tensor> parts = pg_->allgather(unit.flat_param.narrow(0, r * s, s).contiguous());
+    for (int q = 0; q < pg_->size(); ++q)
+      if (q != r) unit.flat_param.narrow(0, q * s, s).copy_(parts[size_t(q)]);
+    bytes_gathered_ += layouts_[u].padded_numel * 4;
+  }
+}
+
+double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type, bool error_if_nonfinite) {
+  std::vector<Tensor> grads;
+  for (auto& u : units_)
+    for (auto& v : u->shard_views) grads.push_back(v.grad());
+  double partial = optim::accumulate_grad_norm(grads, norm_type);
+  const bool sharded = options_.sharding_strategy != ShardingStrategy::NO_SHARD && pg_->size() > 1;
+  if (sharded) {
+    Tensor t = from_vector<double>({partial});
+    pg_->allreduce(t, std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum)->wait();
+    partial = t.to_vector<double>()[0];
+  }
+  const double total = optim::finish_grad_norm(partial, norm_type);
+  optim::scale_grads_to_norm(grads, max_norm, total, error_if_nonfinite);
+  return total;
+}
+
+}  // namespace ember::distributed

@@ -1,0 +1,133 @@
+// Sharded data parallel (ZeRO stages, FSDP-style): the training loop is DDP's, but what every
+// rank holds shrinks with the world size N. See docs/sharded_data_parallel.md.
+//
+//   auto fsdp = distributed::shard_model(model, pg, {.sharding_strategy = ShardingStrategy::SHARD_GRAD_OP,
+//                                                    .auto_wrap_policy = AutoWrapPolicy::NO_WRAP});
+//   optim::AdamW opt(fsdp->parameters(), {.lr = 1e-4});   // this rank's shard views
+//   for (...) {
+//     fsdp->sync_parameters();        // before forward: all-gather what the last step updated
+//     loss(model->forward(x)).backward();   // gradients reduce-scattered into the shards
+//     fsdp->clip_grad_norm_(1.0);      // the global norm, across shards
+//     opt.step(); opt.zero_grad();
+//   }
+//
+// Implemented strategies: NO_SHARD, SHARD_OPTIMIZER (stage 1) and SHARD_GRAD_OP (stage 2).
+// Parameters stay replicated and become views into their unit's flat f32 buffer; the optimizer
+// steps this rank's slice of it in place through the shard views, and sync_parameters()
+// all-gathers the other slices. FULL_SHARD (stage 3) is refused with an ember::Error until its
+// per-unit gathering lands.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/removable_handle.h"
+#include "distributed/flat_param.h"
+#include "distributed/fsdp_options.h"
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace ember::distributed {
+
+class FullyShardedDataParallel : public std::enable_shared_from_this<FullyShardedDataParallel> {
+ public:
+  // A collective: checks every rank built the same model, copies rank 0's parameters and
+  // buffers everywhere, lays out the units and installs the gradient hooks.
+  static std::shared_ptr<FullyShardedDataParallel> create(std::shared_ptr<nn::Module> model,
+                                                          std::shared_ptr<ProcessGroup> pg, FSDPOptions options);
+  ~FullyShardedDataParallel();
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // This rank's shard of every trainable parameter, in model order: a 1-D f32 view of the part
+  // of the parameter inside this rank's slice of its unit (0 elements when none is). These are
+  // what the optimizer steps; their .grad is the averaged gradient of that part.
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  // The shard views of `params` (original parameters of the model), in that order: turns a
+  // user's parameter group into the group the optimizer needs.
+  std::vector<Tensor> sharded(const std::vector<Tensor>& params) const;
+
+  // All-gathers every unit's slices when a synchronised backward happened since the last
+  // gather, so the replicated parameters hold the values the optimizer stepped. Collective;
+  // call before each forward (the Accelerator does).
+  void sync_parameters();
+
+  // Scales the shard gradients so the norm of the whole (unsharded) gradient is at most
+  // max_norm; returns that norm before clipping, the same on every rank. Collective.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
+
+  // While the guard lives backward accumulates full gradients locally (memory: +4 bytes per
+  // parameter under SHARD_GRAD_OP); the next synchronised backward reduces them.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(FullyShardedDataParallel& f) : f_(&f), previous_(f.sync_) { f.sync_ = false; }
+    ~NoSyncGuard() {
+      if (f_) f_->sync_ = previous_;
+    }
+    NoSyncGuard(NoSyncGuard&& o) noexcept : f_(o.f_), previous_(o.previous_) { o.f_ = nullptr; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+   private:
+    FullyShardedDataParallel* f_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+  bool require_backward_grad_sync() const { return sync_; }
+  void set_require_backward_grad_sync(bool on) { sync_ = on; }
+
+  const std::shared_ptr<nn::Module>& module() const { return model_; }
+  const std::shared_ptr<ProcessGroup>& process_group() const { return pg_; }
+  const FSDPOptions& options() const { return options_; }
+  // Units in layout order; their display names ("(root)" for the root unit).
+  const std::vector<UnitLayout>& units() const { return layouts_; }
+  std::vector<std::string> unit_names() const;
+  // Bytes reduced (gradients) and gathered (parameters), and the time backward waited.
+  const CommStats& comm_stats() const { return stats_; }
+  int64_t bytes_gathered() const { return bytes_gathered_; }
+
+  // Removes the gradient hooks (idempotent); the destructor calls it.
+  void remove_hooks();
+
+ private:
+  struct Unit;
+  struct PassToken;
+  FullyShardedDataParallel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> pg, FSDPOptions options);
+  void build_units();
+  void install_hooks();
+  std::pair<int64_t, int64_t> owned_range(const UnitLayout& u) const;
+
+  void on_gradient_ready(size_t unit, size_t param);
+  void begin_pass();
+  void launch_ready_units();
+  void launch(size_t unit);
+  void finish_pass();
+  void abandon_pass() noexcept;
+  void reset_pass_state();
+
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<ProcessGroup> pg_;
+  FSDPOptions options_;
+  std::vector<UnitLayout> layouts_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<size_t> launch_order_;  // units in reduction order (last layers first)
+  std::vector<RemovableHandle> hooks_;
+
+  bool sync_ = true;
+  bool pass_active_ = false;
+  bool parameters_stale_ = false;  // a reduction happened since the last gather
+  size_t next_launch_ = 0;
+  CommStats stats_;
+  int64_t bytes_gathered_ = 0;
+};
+
+// Wraps `model` for sharded data parallel over `pg`; keep the returned object alive while
+// training. Construction is a collective.
+std::shared_ptr<FullyShardedDataParallel> shard_model(std::shared_ptr<nn::Module> model,
+                                                      std::shared_ptr<ProcessGroup> pg, FSDPOptions options = {});
+
+}  // namespace ember::distributed

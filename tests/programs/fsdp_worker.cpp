@@ -1,0 +1,181 @@
+// One rank of a sharded data parallel job over real processes, started by
+// tests/distributed/test_fsdp_processes.cpp:
+//   fsdp_worker <mode> <rank> <world> <port>
+// Rank 0 serves a TcpStore on 127.0.0.1:<port>. Modes:
+//   train   every implemented strategy trains 4 AdamW steps and must match one process on the
+//           concatenated batches within 1e-5; prints "<STRATEGY> ok" for each.
+//   memory  per strategy, the bytes live right after an optimizer step (Ember's allocator
+//           counters) must be within 10% of the stage's formula; prints "<STRATEGY> memory ok".
+//   kill    rank world-1 exits before its second backward; the others must get an ember::Error
+//           naming that rank; prints "error: ..." and exits 0.
+// Exit status 0 when the mode's expectation held.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/allocator.h"
+#include "ddp_test_model.h"
+#include "distributed/fsdp.h"
+#include "distributed/process_group_gloo.h"
+#include "distributed/tcp_store.h"
+#include "optim/sgd_adam.h"
+
+using namespace ember;
+using namespace ember::distributed;
+using namespace ember::ddp_test;
+
+namespace {
+
+constexpr optim::AdamWOptions kAdamW{.lr = 0.02, .weight_decay = 0.01};
+const ShardingStrategy kStrategies[] = {ShardingStrategy::NO_SHARD, ShardingStrategy::SHARD_OPTIMIZER,
+                                        ShardingStrategy::SHARD_GRAD_OP};
+
+FSDPOptions options_for(ShardingStrategy s) {
+  FSDPOptions o;
+  o.sharding_strategy = s;
+  o.transformer_layer_cls_to_wrap = {"Linear"};
+  return o;
+}
+
+void step_once(nn::Module& model, int step, int64_t global, int64_t first, int64_t count) {
+  auto [x, y] = batch_rows(step, global, first, count);
+  nn::functional::mse_loss(model.forward(x), y).backward();
+}
+
+bool check_training(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s, uint64_t seed) {
+  const int steps = 4, world = pg->size(), rank = pg->rank();
+  const int64_t b = 3;
+  auto reference = make_mlp(seed);
+  {
+    optim::AdamW opt(reference->parameters(), kAdamW);
+    for (int k = 0; k < steps; ++k) {
+      step_once(*reference, k, b * world, 0, b * world);
+      opt.step();
+      opt.zero_grad();
+    }
+  }
+  auto model = make_mlp(seed + uint64_t(rank));
+  auto fsdp = shard_model(model, pg, options_for(s));
+  optim::AdamW opt(fsdp->parameters(), kAdamW);
+  for (int k = 0; k < steps; ++k) {
+    fsdp->sync_parameters();
+    step_once(*model, k, b * world, b * rank, b);
+    opt.step();
+    opt.zero_grad();
+  }
+  fsdp->sync_parameters();
+  const double diff = max_abs_diff(*model, *reference);
+  const bool ok = diff <= 1e-5 && max_abs_diff(*reference, *make_mlp(seed)) > 1e-3;
+  std::printf("rank %d %s: max abs diff %.3g\n", rank, sharding_strategy_name(s), diff);
+  if (ok) std::printf("%s ok\n", sharding_strategy_name(s));
+  return ok;
+}
+
+// Four 256x256 linears: about 1 MiB of parameters per layer, so model state dwarfs the batch.
+class Wide : public nn::Module {
+ public:
+  Wide() : Module("Wide") {
+    for (int i = 0; i < 4; ++i) layers.push_back(register_module("l" + std::to_string(i), std::make_shared<nn::Linear>(256, 256)));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (auto& l : layers) h = relu(l->forward(h));
+    return h;
+  }
+  std::vector<std::shared_ptr<nn::Linear>> layers;
+};
+
+bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
+  auto& alloc = cpu_allocator();
+  const int n = pg->size();
+  auto model = std::make_shared<Wide>();
+  const double psi = double(model->num_parameters());
+  auto fsdp = shard_model(model, pg, options_for(s));
+  optim::AdamW opt(fsdp->parameters(), kAdamW);
+  double after_step = 0;
+  for (int k = 0; k < 2; ++k) {
+    fsdp->sync_parameters();
+    Tensor x = uniform_tensor(100 + uint64_t(k), {2, 256});
+    sum(model->forward(x)).backward();
+    opt.step();
+    after_step = double(alloc.stats().requested_bytes_in_use);
+    opt.zero_grad();
+  }
+  // What lives after a step: parameters, the gradients each stage keeps, AdamW's two moments.
+  double expected = 0;
+  switch (s) {
+    case ShardingStrategy::NO_SHARD: expected = 4 * psi + 4 * psi + 8 * psi; break;
+    case ShardingStrategy::SHARD_OPTIMIZER: expected = 4 * psi + 4 * psi + 4 * psi / n + 8 * psi / n; break;
+    case ShardingStrategy::SHARD_GRAD_OP: expected = 4 * psi + 4 * psi / n + 8 * psi / n; break;
+    case ShardingStrategy::FULL_SHARD: break;
+  }
+  const double ratio = after_step / expected;
+  const bool ok = std::abs(ratio - 1.0) <= 0.10;
+  std::printf("rank %d %s: %.0f bytes live after the step, formula %.0f (ratio %.3f), peak %lld\n", pg->rank(),
+              sharding_strategy_name(s), after_step, expected, ratio,
+              static_cast<long long>(alloc.stats().peak_requested_bytes));
+  if (ok) std::printf("%s memory ok\n", sharding_strategy_name(s));
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: fsdp_worker <train|memory|kill> <rank> <world> <port>\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int rank = std::atoi(argv[2]), world = std::atoi(argv[3]), port = std::atoi(argv[4]);
+  const auto timeout = std::chrono::seconds(mode == "kill" ? 5 : 30);
+  try {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank == 0, timeout);
+    ProcessGroupOptions opt;
+    opt.timeout = timeout;
+    auto pg = std::make_shared<ProcessGroupGloo>(store, rank, world, opt);
+    bool ok = true;
+    if (mode == "train") {
+      uint64_t seed = 300;
+      for (ShardingStrategy s : kStrategies) ok = check_training(pg, s, seed++) && ok;
+    } else if (mode == "memory") {
+      for (ShardingStrategy s : kStrategies) ok = check_memory(pg, s) && ok;
+    } else if (mode == "kill") {
+      auto model = make_mlp(5);
+      auto fsdp = shard_model(model, pg, options_for(ShardingStrategy::SHARD_GRAD_OP));
+      optim::AdamW opt2(fsdp->parameters(), kAdamW);
+      try {
+        for (int k = 0; k < 3; ++k) {
+          if (k == 1 && rank == world - 1) {
+            std::printf("rank %d exits before its second backward\n", rank);
+            std::fflush(stdout);
+            std::_Exit(3);
+          }
+          fsdp->sync_parameters();
+          step_once(*model, k, 2 * world, 2 * rank, 2);
+          opt2.step();
+          opt2.zero_grad();
+        }
+      } catch (const Error& e) {
+        std::printf("error: %s\n", e.what());
+        std::fflush(stdout);
+        // Stay until every survivor has met the loss itself, so none sees this rank leave first.
+        std::this_thread::sleep_for(timeout + std::chrono::seconds(1));
+        return 0;
+      }
+      std::printf("no error on rank %d\n", rank);
+      return 1;
+    } else {
+      std::fprintf(stderr, "fsdp_worker: unknown mode '%s'\n", mode.c_str());
+      return 2;
+    }
+    pg->barrier();  // nobody tears down the store while a peer still needs it
+    std::fflush(stdout);
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("rank %d failed: %s\n", rank, e.what());
+    return 1;
+  }
+}
