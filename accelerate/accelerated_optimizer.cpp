@@ -18,6 +18,7 @@ void AcceleratedOptimizer::step() {
     optimizer_->step();
     step_was_skipped_ = false;
     ++num_updates_;
+    if (after_step_) after_step_();
     return;
   }
   const bool stepped = scaler_->step(*optimizer_);
@@ -27,6 +28,7 @@ void AcceleratedOptimizer::step() {
   if (!scaler_->awaiting_step()) scaler_->update();
   step_was_skipped_ = !stepped;
   if (stepped) ++num_updates_;
+  if (after_step_) after_step_();
 }
 
 void AcceleratedOptimizer::zero_grad(bool set_to_none) {

@@ -16,6 +16,7 @@
 // by its update(). step_was_skipped() reports an update the scaler refused; the scheduler then
 // does not step either. Without a scaler no step is skipped.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "accelerate/accelerator_state.h"
@@ -53,11 +54,14 @@ class AcceleratedOptimizer {
   optim::Optimizer* operator->() { return optimizer_.get(); }
   // The loss scaler steps go through (nullptr without fp16).
   optim::GradScaler* scaler() const { return scaler_.get(); }
+  // Runs after every synchronising step() (updated or skipped): sharded models gather there.
+  void set_after_step(std::function<void()> fn) { after_step_ = std::move(fn); }
 
  private:
   std::shared_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<GradientState> gradient_state_;
   std::shared_ptr<optim::GradScaler> scaler_;
+  std::function<void()> after_step_;
   bool step_was_skipped_ = false;
   int64_t num_updates_ = 0;
 };

@@ -130,14 +130,37 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
   // Accelerate's convert_outputs_to_fp32: models that support it return f32 under autocast.
   if (options_.mixed_precision != "no") model->set_convert_outputs_to_f32(true);
   std::shared_ptr<DistributedDataParallel> wrapper;
-  if (num_processes() > 1) wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);
+  std::shared_ptr<FullyShardedDataParallel> sharded;
+  if (num_processes() > 1 && options_.fsdp) {
+    // An optimizer prepared earlier would keep stepping the unsharded parameters.
+    for (const auto& o : optimizers_)
+      for (const auto& g : o->param_groups())
+        for (const auto& p : g.params)
+          for (const auto& q : model->parameters())
+            EMBER_CHECK(p.impl() != q.impl(), "Accelerator::prepare: under fsdp, prepare a model before its optimizer "
+                        "(pass the model first): the optimizer must be given the parameters' shards");
+    sharded = FullyShardedDataParallel::create(model, state_->process_group(), *options_.fsdp);
+  } else if (num_processes() > 1) {
+    wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);
+  }
   models_.push_back(model);
   ddps_.push_back(std::move(wrapper));
+  fsdps_.push_back(std::move(sharded));
 }
 
 std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared_ptr<optim::Optimizer> opt) {
   EMBER_CHECK(opt != nullptr, "Accelerator::prepare: the optimizer is null");
+  shard_parameter_groups(*opt);
   auto wrapped = std::make_shared<AcceleratedOptimizer>(std::move(opt), gradient_state_, scaler_);
+  if (std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return f != nullptr; })) {
+    // Sharded models: the step updated this rank's slices; gather the rest for the next forward.
+    std::weak_ptr<GradientState> alive = gradient_state_;
+    wrapped->set_after_step([this, alive] {
+      if (alive.expired()) return;
+      for (const auto& f : fsdps_)
+        if (f) f->sync_parameters();
+    });
+  }
   optimizers_.push_back(wrapped);
   return wrapped;
 }
@@ -204,6 +227,29 @@ std::shared_ptr<DistributedDataParallel> Accelerator::ddp(const nn::Module& mode
   for (size_t i = 0; i < models_.size(); ++i)
     if (models_[i].get() == &model) return ddps_[i];
   return nullptr;
+}
+
+std::shared_ptr<FullyShardedDataParallel> Accelerator::fsdp(const nn::Module& model) const {
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].get() == &model) return fsdps_[i];
+  return nullptr;
+}
+
+void Accelerator::shard_parameter_groups(optim::Optimizer& opt) const {
+  if (std::all_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return f == nullptr; })) return;
+  const optim::OptimizerStateDict sd = opt.state_dict();
+  EMBER_CHECK(sd.tensors.empty(), "Accelerator::prepare: under fsdp the optimizer must not have stepped yet (it ",
+              "holds state for the unsharded parameters); build it fresh and prepare it after its model");
+  for (optim::ParamGroup& g : opt.param_groups())
+    for (Tensor& p : g.params)
+      for (const auto& f : fsdps_)
+        if (f) {
+          Tensor shard = f->shard_of(p);
+          if (shard.defined()) {
+            p = shard;
+            break;
+          }
+        }
 }
 
 // ---- training step
@@ -273,14 +319,17 @@ Accelerator::SyncGuard Accelerator::accumulate_models(std::vector<const nn::Modu
   if (models.empty())
     for (const auto& m : models_) models.push_back(m.get());
   guard.guards_.reserve(models.size());
-  for (const nn::Module* m : models)
+  for (const nn::Module* m : models) {
     if (auto d = ddp(*m)) guard.guards_.push_back(d->no_sync());
+    if (auto f = fsdp(*m)) guard.sharded_guards_.push_back(f->no_sync());
+  }
   return guard;
 }
 
 Accelerator::SyncGuard Accelerator::no_sync(const nn::Module& model) {
   SyncGuard guard;
   if (auto d = ddp(model)) guard.guards_.push_back(d->no_sync());
+  if (auto f = fsdp(model)) guard.sharded_guards_.push_back(f->no_sync());
   return guard;
 }
 
@@ -305,6 +354,13 @@ double Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double ma
     return scaler_ ? norm / scaler_->get_scale() : norm;
   }
   unscale_gradients();
+  // A sharded model's gradients live in its shards: its norm is taken across ranks.
+  for (const auto& f : fsdps_)
+    if (f && !params.empty() && f->shard_of(params.front()).defined()) {
+      EMBER_CHECK(params.size() == f->module()->parameters().size(), "Accelerator::clip_grad_norm_: under fsdp pass ",
+                  "all of a sharded model's parameters (model->parameters()); a subset cannot be clipped per shard");
+      return f->clip_grad_norm_(max_norm, norm_type);
+    }
   return optim::clip_grad_norm_(params, max_norm, norm_type);
 }
 
@@ -445,7 +501,14 @@ std::string Accelerator::save_state(const std::string& dir) {
 
   CheckpointPayload payload;
   if (is_main_process()) payload.models = std::move(weights);
-  for (const auto& o : optimizers_) payload.optimizers.push_back(detail::to_object_state(o->state_dict()));
+  // Under sharding each process's optimizer holds its own shards' state: every process saves it.
+  const bool sharded = std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) {
+    return f && f->options().sharding_strategy != ShardingStrategy::NO_SHARD;
+  });
+  for (const auto& o : optimizers_) {
+    payload.optimizers.push_back(detail::to_object_state(o->state_dict()));
+    payload.sharded_optimizers.push_back(sharded);
+  }
   for (const auto& s : schedulers_) payload.schedulers.push_back(detail::to_object_state(s->state_dict()));
   for (const auto& c : custom_) payload.custom.push_back(c->state_dict());
   for (const auto& l : dataloaders_) payload.dataloaders.push_back(l->state());

@@ -66,6 +66,7 @@
 #include "core/removable_handle.h"
 #include "data/dataloader.h"
 #include "distributed/ddp.h"
+#include "distributed/fsdp.h"
 #include "distributed/operations.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
@@ -80,7 +81,8 @@ namespace ember::distributed {
 // `{.mixed_precision = "bf16", .split_batches = true}` does. The order:
 //   mixed_precision, gradient_accumulation_steps, cpu, split_batches, even_batches,
 //   step_scheduler_with_optimizer, log_with, project_dir, total_limit, seed,
-//   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model
+//   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model,
+//   fsdp
 // New options are added at the end, so initialisers written for an older list still compile.
 struct AcceleratorOptions {
   std::string mixed_precision = "no";  // "no" | "fp16" | "bf16"
@@ -123,6 +125,12 @@ struct AcceleratorOptions {
   // under autocast, as Accelerate wraps a prepared model's forward (accelerate/accelerated_model.h).
   // false: only code inside acc.autocast() autocasts (Accelerate's AutocastKwargs(enabled=False)).
   bool autocast_prepared_model = true;
+  // Sharded data parallel instead of DDP when there are several processes (Accelerate's
+  // fsdp_plugin): prepare() shards each model (distributed/fsdp.h), rewrites the parameter
+  // groups of each optimizer prepared after it to the shard views, gathers the parameters after
+  // every optimizer step, and routes clip_grad_norm_ and accumulate() to the sharded wrapper.
+  // Prepare a model before its optimizers. With one process only mixed precision applies.
+  std::optional<FSDPOptions> fsdp = std::nullopt;
 };
 
 using tracking::LogValues;
@@ -255,6 +263,8 @@ class Accelerator {
   }
 
   void prepare_model(const std::shared_ptr<nn::Module>& model);
+  // Under fsdp: replaces each sharded model's parameters in the optimizer's groups by their shards.
+  void shard_parameter_groups(optim::Optimizer& opt) const;
   std::shared_ptr<AcceleratedOptimizer> prepare_optimizer(std::shared_ptr<optim::Optimizer> opt);
   std::shared_ptr<AcceleratedDataLoader> prepare_data_loader(const data::DataLoader& loader);
   std::shared_ptr<AcceleratedScheduler> prepare_scheduler(std::shared_ptr<optim::LRScheduler> sched);
@@ -271,6 +281,8 @@ class Accelerator {
   bool is_prepared(const nn::Module& model) const;
   // The DDP object prepare() installed on `model` (nullptr with one process or unprepared).
   std::shared_ptr<DistributedDataParallel> ddp(const nn::Module& model) const;
+  // The sharded wrapper prepare() installed on `model` under options.fsdp (nullptr otherwise).
+  std::shared_ptr<FullyShardedDataParallel> fsdp(const nn::Module& model) const;
 
   // ---- training step
   // backward of loss / gradient_accumulation_steps (always divided, as in Accelerate), times
@@ -300,6 +312,7 @@ class Accelerator {
    private:
     friend class Accelerator;
     std::vector<DistributedDataParallel::NoSyncGuard> guards_;
+    std::vector<FullyShardedDataParallel::NoSyncGuard> sharded_guards_;
   };
   // Counts a micro-step: sync_gradients() becomes true on every K-th one and on the last batch
   // of the loader's epoch; otherwise the models' gradients accumulate locally (DDP no_sync)
@@ -569,6 +582,7 @@ class Accelerator {
 
   std::vector<std::shared_ptr<nn::Module>> models_;
   std::vector<std::shared_ptr<DistributedDataParallel>> ddps_;  // parallel to models_ (null: none)
+  std::vector<std::shared_ptr<FullyShardedDataParallel>> fsdps_;  // likewise, under options.fsdp
   std::vector<std::shared_ptr<AcceleratedOptimizer>> optimizers_;
   std::vector<std::shared_ptr<AcceleratedScheduler>> schedulers_;
   std::vector<std::shared_ptr<AcceleratedDataLoader>> dataloaders_;

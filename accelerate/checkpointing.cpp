@@ -133,6 +133,17 @@ std::string checkpoint_file_name(const std::string& kind, size_t index) {
 
 namespace {
 
+bool is_sharded(const std::vector<bool>& flags, size_t i) { return i < flags.size() && flags[i]; }
+
+// One process's file of a sharded object: optimizer.shard-00001-of-00004.safetensors.
+std::string shard_file_name(const std::string& kind, size_t index, int rank, int world) {
+  std::string base = checkpoint_file_name(kind, index);
+  base.resize(base.size() - std::string(".safetensors").size());
+  char tail[64];
+  std::snprintf(tail, sizeof tail, ".shard-%05d-of-%05d.safetensors", rank, world);
+  return base + tail;
+}
+
 // Writes every file into `staging`, then makes it the checkpoint `target` (see the header).
 void write_staged_checkpoint(const CheckpointPayload& payload, const AcceleratorState& state, const fs::path& target,
                              const fs::path& parent, const fs::path& staging, const fs::path& previous) {
@@ -150,11 +161,16 @@ void write_staged_checkpoint(const CheckpointPayload& payload, const Accelerator
                           {"seed", payload.rng.seed},
                           {"offset", payload.rng.offset}};
     nn::write_file_atomically(s + rng_file_name(state.process_index()), rng.dump(2) + "\n");
+    for (size_t i = 0; i < payload.optimizers.size(); ++i)
+      if (is_sharded(payload.sharded_optimizers, i))
+        save_object_state(s + shard_file_name("optimizer", i, state.process_index(), state.num_processes()),
+                          payload.optimizers[i]);
     if (!main) return;
     for (size_t i = 0; i < payload.models.size(); ++i)
       nn::save_safetensors(s + checkpoint_file_name("model", i), payload.models[i], {{"format", "pt"}});
     for (size_t i = 0; i < payload.optimizers.size(); ++i)
-      save_object_state(s + checkpoint_file_name("optimizer", i), payload.optimizers[i]);
+      if (!is_sharded(payload.sharded_optimizers, i))
+        save_object_state(s + checkpoint_file_name("optimizer", i), payload.optimizers[i]);
     for (size_t i = 0; i < payload.schedulers.size(); ++i)
       save_object_state(s + checkpoint_file_name("scheduler", i), payload.schedulers[i]);
     for (size_t i = 0; i < payload.custom.size(); ++i)
@@ -170,6 +186,7 @@ void write_staged_checkpoint(const CheckpointPayload& payload, const Accelerator
                            {"num_processes", state.num_processes()},
                            {"models", payload.models.size()},
                            {"optimizers", payload.optimizers.size()},
+                           {"sharded_optimizers", payload.sharded_optimizers},
                            {"schedulers", payload.schedulers.size()},
                            {"custom_objects", payload.custom.size()},
                            {"scaler", payload.scaler.has_value()},
@@ -310,8 +327,19 @@ CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::js
     EMBER_CHECK(fs::exists(file), "load_state: ", file, " is missing");
     out.models.push_back(nn::load_safetensors(file));
   }
-  for (int64_t i = 0; i < json_count(meta, "optimizers", meta_file, "optimizers"); ++i)
-    out.optimizers.push_back(load_object_state(s + checkpoint_file_name("optimizer", size_t(i))));
+  // Checkpoints from before sharded data parallel have no "sharded_optimizers": none is.
+  if (meta.contains("sharded_optimizers")) {
+    const nlohmann::json& flags = meta.at("sharded_optimizers");
+    EMBER_CHECK(flags.is_array() && std::all_of(flags.begin(), flags.end(), [](const auto& f) { return f.is_boolean(); }),
+                "load_state: ", meta_file, ": 'sharded_optimizers' is ", flags.dump(), ", expected a list of true/false");
+    for (const auto& f : flags) out.sharded_optimizers.push_back(f.get<bool>());
+  }
+  for (int64_t i = 0; i < json_count(meta, "optimizers", meta_file, "optimizers"); ++i) {
+    const bool sharded = is_sharded(out.sharded_optimizers, size_t(i));
+    out.optimizers.push_back(load_object_state(
+        s + (sharded ? shard_file_name("optimizer", size_t(i), state.process_index(), state.num_processes())
+                     : checkpoint_file_name("optimizer", size_t(i)))));
+  }
   for (int64_t i = 0; i < json_count(meta, "schedulers", meta_file, "schedulers"); ++i)
     out.schedulers.push_back(load_object_state(s + checkpoint_file_name("scheduler", size_t(i))));
   for (int64_t i = 0; i < json_count(meta, "custom_objects", meta_file, "custom_objects"); ++i)

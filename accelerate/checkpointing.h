@@ -129,6 +129,9 @@ class CheckpointableAdapter : public Checkpointable {
 struct CheckpointPayload {
   std::vector<nn::StateDict> models;  // written by the main process only
   std::vector<ObjectState> optimizers;
+  // Per optimizer: true when it steps this rank's shards only (sharded data parallel), so every
+  // process writes (and reads back) its own file, optimizer[_<i>].shard-<r>-of-<N>.safetensors.
+  std::vector<bool> sharded_optimizers;
   std::vector<ObjectState> schedulers;
   std::vector<ObjectState> custom;
   std::vector<LoaderPosition> dataloaders;

@@ -37,14 +37,20 @@ struct PassCallbacks {
 };
 thread_local std::vector<PassCallbacks*> pass_stack;
 
+// join_enclosing: queue into the pass already running on this thread (if any), whose end runs them.
 struct PassScope {
   PassCallbacks callbacks;
-  PassScope() { pass_stack.push_back(&callbacks); }
+  PassCallbacks* target;
+  explicit PassScope(bool join_enclosing)
+      : target(join_enclosing && !pass_stack.empty() ? pass_stack.back() : &callbacks) {
+    pass_stack.push_back(target);
+  }
   ~PassScope() { pass_stack.pop_back(); }
   PassScope(const PassScope&) = delete;
   PassScope& operator=(const PassScope&) = delete;
 
   void run_callbacks() {
+    if (target != &callbacks) return;  // the enclosing pass runs them
     while (!callbacks.queue.empty()) {
       std::function<void()> fn = std::move(callbacks.queue.front());
       callbacks.queue.pop_front();
@@ -52,6 +58,8 @@ struct PassScope {
     }
   }
 };
+
+void run_backward_impl(const Tensors& roots, const Tensors& seeds, bool retain_graph, bool join_enclosing);
 
 }  // namespace
 
@@ -65,11 +73,20 @@ void queue_callback(std::function<void()> callback) {
 bool in_backward() { return !pass_stack.empty(); }
 
 void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
+  run_backward_impl(roots, seeds, retain_graph, /*join_enclosing=*/false);
+}
+
+void run_backward_within_pass(const Tensors& roots, const Tensors& seeds) {
+  run_backward_impl(roots, seeds, /*retain_graph=*/false, /*join_enclosing=*/true);
+}
+
+namespace {
+void run_backward_impl(const Tensors& roots, const Tensors& seeds, bool retain_graph, bool join_enclosing) {
   NoGradGuard no_grad;
   // Backward formulas run in the forward's dtypes; weights change after it, so cached casts go.
   autocast::SuspendGuard no_autocast;
   autocast::clear_cache();
-  PassScope pass;
+  PassScope pass(join_enclosing);
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> root_nodes;
 
@@ -169,6 +186,7 @@ void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph)
   }
   pass.run_callbacks();
 }
+}  // namespace
 
 }  // namespace ember::autograd
 

@@ -9,6 +9,12 @@ namespace ember::autograd {
 // grads[i] seeds roots[i]; an undefined seed means ones (only for one-element roots).
 void run_backward(const Tensors& roots, const Tensors& grads, bool retain_graph);
 
+// run_backward from inside a backward formula, as one part of the pass already running on this
+// thread (ember::checkpoint's recompute): callbacks queued during it join that pass and run when
+// it finishes, so a hook's "after the whole backward" callback still means the outer one.
+// Outside a backward pass it is run_backward. Never retains the graph.
+void run_backward_within_pass(const Tensors& roots, const Tensors& grads);
+
 // Queues `callback` to run once when the backward pass running on this thread has finished,
 // after every gradient of that pass has been accumulated and every post-accumulate hook has
 // run (DDP waits for its all-reduces there). Callbacks run on this thread in the order they

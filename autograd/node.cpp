@@ -9,7 +9,7 @@
 
 namespace ember::autograd {
 namespace {
-std::atomic<uint64_t> next_sequence_nr{0};
+std::atomic<uint64_t> sequence_counter{0};
 
 // The node whose backward runs on this thread, for SavedTensor's error.
 thread_local const Node* running_node = nullptr;
@@ -29,7 +29,9 @@ bool still_registered(const TensorImpl& leaf, uint64_t id) {
 }
 }
 
-Node::Node() : sequence_nr(next_sequence_nr++) {}
+Node::Node() : sequence_nr(sequence_counter++) {}
+
+uint64_t next_sequence_nr() { return sequence_counter.load(); }
 
 Tensors FunctionNode::apply(Tensors&& grads) {
   EMBER_CHECK(fn_ != nullptr, "backward: ", name_, " was already run and its saved tensors freed; "

@@ -44,6 +44,9 @@ class Node {
   uint64_t sequence_nr;  // creation order: later nodes run first in backward
 };
 
+// The sequence_nr the next node will get: nodes created from now on have one at least as large.
+uint64_t next_sequence_nr();
+
 using BackwardFn = std::function<Tensors(const Tensors& grads)>;
 
 // A node whose backward is a closure. Closures capture the tensors they need through

@@ -179,13 +179,18 @@ std::vector<std::pair<std::string, Tensor>> FullyShardedDataParallel::named_para
   return out;
 }
 
+Tensor FullyShardedDataParallel::shard_of(const Tensor& param) const {
+  if (!param.defined()) return Tensor();
+  for (size_t u = 0; u < layouts_.size(); ++u)
+    for (size_t i = 0; i < layouts_[u].params.size(); ++i)
+      if (layouts_[u].params[i].param.impl() == param.impl()) return units_[u]->shard_views[i];
+  return Tensor();
+}
+
 std::vector<Tensor> FullyShardedDataParallel::sharded(const std::vector<Tensor>& params) const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
-    Tensor found;
-    for (size_t u = 0; u < layouts_.size() && !found.defined(); ++u)
-      for (size_t i = 0; i < layouts_[u].params.size(); ++i)
-        if (layouts_[u].params[i].param.impl() == p.impl()) found = units_[u]->shard_views[i];
+    Tensor found = shard_of(p);
     EMBER_CHECK(found.defined(), "sharded data parallel: sharded(): a tensor of shape ", p.shape(),
                 " is not a trainable parameter of the wrapped model");
     out.push_back(found);

@@ -49,6 +49,8 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   // The shard views of `params` (original parameters of the model), in that order: turns a
   // user's parameter group into the group the optimizer needs.
   std::vector<Tensor> sharded(const std::vector<Tensor>& params) const;
+  // The shard view of one parameter of the model; undefined when `param` is none of them.
+  Tensor shard_of(const Tensor& param) const;
 
   // All-gathers every unit's slices when a synchronised backward happened since the last
   // gather, so the replicated parameters hold the values the optimizer stepped. Collective;

@@ -16,16 +16,16 @@ ROOT=$PWD
 
 # CI's AddressSanitizer + UBSan set: every room's unit tests (ops, autograd, nn, file readers,
 # data, optimizers, the Accelerator in one process, the store, shape and allocator limits,
-# atomic loading, version counters and hooks), leaving out the GEMM sweeps and
-# the multi-process suites, which the full run covers.
+# atomic loading, version counters, activation checkpointing and hooks), leaving out the GEMM
+# sweeps and the multi-process suites, which the full run covers.
 ASAN_CI_TESTS=(test_tensor_core test_autocast test_parallel test_engine test_engine_callbacks
   test_elementwise_binary test_elementwise_unary test_indexing test_reduce test_normalization
   test_nn_functional test_fused test_linalg test_module test_safetensors test_json_config
   test_bad_inputs test_fuzz_regressions test_dataloader test_tokenizer test_text_io
   test_sharded_loader test_optim test_grad_scaler test_adam_multi_tensor test_accelerator
   test_tcp_store test_shape_overflow test_allocator_oom test_config_bounds test_atomic_load
-  test_optimizer_load_validation test_load_state_atomic test_version_counter test_hooks
-  test_ddp_hooks test_bert_modules test_pretrained_model test_allocator_limit)
+  test_optimizer_load_validation test_load_state_atomic test_version_counter test_checkpoint
+  test_hooks test_ddp_hooks test_bert_modules test_pretrained_model test_allocator_limit)
 # CI's ThreadSanitizer set: the code that shares memory between threads: the thread pool and
 # parallel_for, DataLoader workers and the sharded loader, the TCP store's server and clients,
 # rendezvous, Gloo process groups (asynchronous work) and DDP's bucketed all-reduce overlap.

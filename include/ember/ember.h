@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 
 // autograd
+#include "autograd/checkpoint.h"
 #include "autograd/gradcheck.h"
 
 // nn: modules, layers, BERT, Hugging Face formats

@@ -24,8 +24,17 @@ class BertPretrainedModel : public PretrainedModel {
   JsonConfig config_json() const override;
   BertConfig config;
 
+  // As transformers': while training with grad on, each encoder layer runs under
+  // ember::checkpoint (autograd/checkpoint.h), so backward recomputes its activations instead
+  // of keeping them. The same loss and gradients (dropout included), less memory, more compute.
+  void gradient_checkpointing_enable() { bert_encoder().gradient_checkpointing = true; }
+  void gradient_checkpointing_disable() { bert_encoder().gradient_checkpointing = false; }
+  bool is_gradient_checkpointing() const { return bert_encoder().gradient_checkpointing; }
+
  protected:
   BertPretrainedModel(std::string type_name, const BertConfig& c) : PretrainedModel(std::move(type_name)), config(c) {}
+  // The encoder whose layers gradient checkpointing wraps.
+  virtual BertEncoder& bert_encoder() const = 0;
 };
 
 struct BertModelOutput {
@@ -42,6 +51,9 @@ class BertModel : public BertPretrainedModel {
   std::shared_ptr<BertEmbeddings> embeddings;
   std::shared_ptr<BertEncoder> encoder;
   std::shared_ptr<BertPooler> pooler;  // null without a pooling layer
+
+ protected:
+  BertEncoder& bert_encoder() const override { return *encoder; }
 };
 
 struct ModelOutput {
@@ -70,6 +82,9 @@ class BertForMaskedLM : public BertPretrainedModel {
   std::shared_ptr<LayerNorm> transform_layer_norm;  // cls.predictions.transform.LayerNorm
   Tensor decoder_weight;                            // tied to bert.embeddings.word_embeddings.weight
   Tensor decoder_bias;                              // cls.predictions.bias
+
+ protected:
+  BertEncoder& bert_encoder() const override { return *bert->encoder; }
 };
 
 class BertForSequenceClassification : public BertPretrainedModel {
@@ -82,6 +97,9 @@ class BertForSequenceClassification : public BertPretrainedModel {
   std::shared_ptr<BertModel> bert;
   std::shared_ptr<Dropout> dropout;
   std::shared_ptr<Linear> classifier;
+
+ protected:
+  BertEncoder& bert_encoder() const override { return *bert->encoder; }
 };
 
 }  // namespace ember::nn

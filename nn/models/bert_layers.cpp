@@ -3,8 +3,10 @@
 #include <limits>
 #include <utility>
 
+#include "autograd/checkpoint.h"
 #include "core/autocast.h"
 #include "core/factory.h"
+#include "core/grad_mode.h"
 #include "core/ops.h"
 
 namespace ember::nn {
@@ -109,8 +111,17 @@ BertEncoder::BertEncoder(const BertConfig& c) : Module("BertEncoder") {
 }
 
 Tensor BertEncoder::forward(const Tensor& hidden, const Tensor& additive_mask) {
+  const bool checkpointed = gradient_checkpointing && is_training() && GradMode::is_enabled();
   Tensor h = hidden;
-  for (size_t i = 0; i < layer->size(); ++i) h = layer->at<BertLayer>(i)->forward(h, additive_mask);
+  for (size_t i = 0; i < layer->size(); ++i) {
+    std::shared_ptr<BertLayer> l = layer->at<BertLayer>(i);
+    if (checkpointed) {
+      // By value: backward calls this again after forward has returned.
+      h = checkpoint([l, additive_mask](const Tensor& x) { return l->forward(x, additive_mask); }, h);
+    } else {
+      h = l->forward(h, additive_mask);
+    }
+  }
   return h;
 }
 

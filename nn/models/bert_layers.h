@@ -95,6 +95,9 @@ class BertEncoder : public Module {
   explicit BertEncoder(const BertConfig& c);
   Tensor forward(const Tensor& hidden, const Tensor& additive_mask);
   std::shared_ptr<ModuleList> layer;  // of BertLayer
+  // When set, training with grad on runs each layer under ember::checkpoint: its activations are
+  // recomputed in backward instead of kept (the models' gradient_checkpointing_enable()).
+  bool gradient_checkpointing = false;
 };
 
 // tanh(dense(hidden[:, 0])): the first token's state, [B, L, H] -> [B, H].

@@ -106,6 +106,19 @@ TEST_F(AcceleratorProcesses, AccumulationMatchesTheLargeBatchOnOneAndTwoProcesse
       << outcomes[0].output;
 }
 
+TEST_F(AcceleratorProcesses, ShardedDataParallelMatchesTheLargeBatchUnderEachStrategy) {
+  // One process: nothing to shard.
+  expect_all(run(0, {"fsdp", "SHARD_GRAD_OP", "3", "2", dir_.file("one")}), "fsdp ok");
+  for (const char* strategy : {"NO_SHARD", "SHARD_OPTIMIZER", "SHARD_GRAD_OP"}) {
+    const std::string ckpt = dir_.file(std::string("ckpt_") + strategy);
+    expect_all(run(3, {"fsdp", strategy, "3", "2", ckpt}), "fsdp ok");
+    // Sharded optimizers: one file per process beside the shared files.
+    const bool sharded = std::string(strategy) != "NO_SHARD";
+    EXPECT_EQ(std::filesystem::exists(ckpt + "/optimizer.shard-00002-of-00003.safetensors"), sharded) << strategy;
+    EXPECT_EQ(std::filesystem::exists(ckpt + "/optimizer.safetensors"), !sharded) << strategy;
+  }
+}
+
 TEST_F(AcceleratorProcesses, GatherForMetricsSeesEveryValidationSampleOnce) {
   // 11 samples, batch 2 per process: the last round is padded by wrapping around.
   expect_all(run(2, {"metrics", "11", "2", "0"}), "metrics ok");
