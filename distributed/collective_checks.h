@@ -20,6 +20,11 @@ void check_root(const std::string& where, int root, int size);
 // `op` suits the dtype.
 void check_reduce_scatter(const std::string& where, const Tensor& output, const Tensor& input, ReduceOp op, int size);
 
+// allgather_into: output has size * input.numel() elements and input's dtype and device.
+void check_allgather_into(const std::string& where, const Tensor& output, const Tensor& input, int size);
+// Whether the bytes of two contiguous tensors share any address.
+bool bytes_overlap(const Tensor& a, const Tensor& b);
+
 // allgather: each rank's shape and dtype, in rank order. They may differ only in dim 0; when
 // they differ otherwise from `mine`, returns the message naming every rank's shape and dtype.
 std::optional<std::string> allgather_mismatch(const std::string& where, const Shape& mine, DType mine_dtype,

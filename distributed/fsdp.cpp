@@ -150,6 +150,10 @@ void FullyShardedDataParallel::build_units() {
 
 void FullyShardedDataParallel::install_hooks() {
   std::weak_ptr<FullyShardedDataParallel> weak = weak_from_this();
+  // Before the model's forward, gather what the last optimizer step updated.
+  hooks_.push_back(model_->register_forward_pre_hook([weak](nn::Module&) {
+    if (auto f = weak.lock()) f->sync_parameters();
+  }));
   for (size_t u = 0; u < layouts_.size(); ++u)
     for (size_t i = 0; i < layouts_[u].params.size(); ++i)
       hooks_.push_back(layouts_[u].params[i].param.register_post_accumulate_grad_hook([weak, u, i](const Tensor&) {
@@ -352,14 +356,15 @@ void FullyShardedDataParallel::sync_parameters() {
   if (options_.sharding_strategy == ShardingStrategy::NO_SHARD || pg_->size() == 1) return;
   NoGradGuard no_grad;
   const int r = pg_->rank();
+  // Every unit's gather in flight at once, each straight into its flat buffer (this rank's own
+  // slice is the input, gathered in place).
+  std::vector<std::shared_ptr<Work>> works;
   for (size_t u = 0; u < units_.size(); ++u) {
-    Unit& unit = *units_[u];
     const int64_t s = layouts_[u].shard_numel;
-    std::vector<Tensor> parts = pg_->allgather(unit.flat_param.narrow(0, r * s, s).contiguous());
-    for (int q = 0; q < pg_->size(); ++q)
-      if (q != r) unit.flat_param.narrow(0, q * s, s).copy_(parts[size_t(q)]);
+    works.push_back(pg_->allgather_into(units_[u]->flat_param, units_[u]->flat_param.narrow(0, r * s, s)));
     bytes_gathered_ += layouts_[u].padded_numel * 4;
   }
+  for (auto& w : works) w->wait();
 }
 
 double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type, bool error_if_nonfinite) {

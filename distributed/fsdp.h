@@ -5,16 +5,17 @@
 //                                                    .auto_wrap_policy = AutoWrapPolicy::NO_WRAP});
 //   optim::AdamW opt(fsdp->parameters(), {.lr = 1e-4});   // this rank's shard views
 //   for (...) {
-//     fsdp->sync_parameters();        // before forward: all-gather what the last step updated
-//     loss(model->forward(x)).backward();   // gradients reduce-scattered into the shards
+//     loss(model->forward(x)).backward();   // forward first gathers what the last step updated;
+//                                           // backward reduce-scatters gradients into the shards
 //     fsdp->clip_grad_norm_(1.0);      // the global norm, across shards
 //     opt.step(); opt.zero_grad();
 //   }
 //
 // Implemented strategies: NO_SHARD, SHARD_OPTIMIZER (stage 1) and SHARD_GRAD_OP (stage 2).
 // Parameters stay replicated and become views into their unit's flat f32 buffer; the optimizer
-// steps this rank's slice of it in place through the shard views, and sync_parameters()
-// all-gathers the other slices. FULL_SHARD (stage 3) is refused with an ember::Error until its
+// steps this rank's slice of it in place through the shard views, and sync_parameters() (run
+// by a forward pre-hook on the model, and by the Accelerator after each step) all-gathers the
+// other slices. FULL_SHARD (stage 3) is refused with an ember::Error until its
 // per-unit gathering lands.
 #pragma once
 #include <memory>
@@ -53,8 +54,9 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   Tensor shard_of(const Tensor& param) const;
 
   // All-gathers every unit's slices when a synchronised backward happened since the last
-  // gather, so the replicated parameters hold the values the optimizer stepped. Collective;
-  // call before each forward (the Accelerator does).
+  // gather, so the replicated parameters hold the values the optimizer stepped. Collective; the
+  // model's forward pre-hook calls it, so only code that reads the parameters outside forward
+  // (state_dict, evaluation by hand) needs to call it.
   void sync_parameters();
 
   // Scales the shard gradients so the norm of the whole (unsharded) gradient is at most

@@ -46,6 +46,25 @@ void check_reduce_scatter(const std::string& where, const Tensor& output, const 
   check_reduce_op_dtype(where, op, input);
 }
 
+void check_allgather_into(const std::string& where, const Tensor& output, const Tensor& input, int size) {
+  const int64_t want = int64_t(size) * input.numel();
+  EMBER_CHECK(output.numel() == want, where, ": output has ", output.numel(), " elements (shape ", output.shape(),
+              ") but world size ", size, " times input's ", input.numel(), " elements (shape ", input.shape(),
+              ") is ", want);
+  EMBER_CHECK(output.dtype() == input.dtype(), where, ": output dtype ", output.dtype(), " differs from input dtype ",
+              input.dtype());
+  EMBER_CHECK(output.device() == input.device(), where, ": output is on ", output.device(), " but input on ",
+              input.device());
+}
+
+bool bytes_overlap(const Tensor& a, const Tensor& b) {
+  const size_t a_bytes = size_t(a.numel()) * a.element_size(), b_bytes = size_t(b.numel()) * b.element_size();
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto* pa = static_cast<const uint8_t*>(a.raw_data());
+  const auto* pb = static_cast<const uint8_t*>(b.raw_data());
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
 std::optional<std::string> allgather_mismatch(const std::string& where, const Shape& mine, DType mine_dtype,
                                               const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
   bool same = true;

@@ -61,6 +61,11 @@ class ProcessGroup {
   // Returns one tensor per rank, in rank order; shapes may differ between ranks along dim 0
   // (the other dimensions and the dtype must agree).
   virtual std::vector<Tensor> allgather(const Tensor& tensor) = 0;
+  // Gathers into a preallocated buffer, returning at once: output (contiguous, same dtype and
+  // device as input) has size() * input.numel() elements, and rank r's input lands at elements
+  // [r * n, (r + 1) * n) whatever their shapes. input may be this rank's chunk of output.
+  // Every rank passes the same numel; an empty input moves nothing.
+  virtual std::shared_ptr<Work> allgather_into(Tensor output, const Tensor& input) = 0;
   // input holds size() equal chunks along dim 0; output receives this rank's reduced chunk.
   virtual std::shared_ptr<Work> reduce_scatter(Tensor output, const Tensor& input, ReduceOp op = ReduceOp::Sum) = 0;
   virtual void barrier() = 0;

@@ -649,6 +649,24 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(Tensor output, const Tens
   });
 }
 
+std::shared_ptr<Work> ProcessGroupGloo::allgather_into(Tensor output, const Tensor& input) {
+  const char* name = "allgather_into";
+  impl_->check_tensor(name, input);
+  impl_->check_tensor(name, output);
+  check_allgather_into(impl_->where(name), output, input, size_);
+  Impl* impl = impl_.get();
+  const int n = size_;
+  return impl->enqueue(name, [impl, output, input, n, name] {
+    impl->agree(name, {input.numel(), int64_t(input.dtype())}, describe_tensor);
+    const size_t bytes = size_t(input.numel()) * input.element_size();
+    if (bytes == 0) return;
+    // Gloo copies this rank's piece into output while it still reads the input: an input that
+    // overlaps output (this rank's chunk of a sharded buffer) is read from a copy.
+    const Tensor src = bytes_overlap(input, output) ? input.clone() : input;
+    impl->run_allgatherv(src.raw_data(), bytes, output.raw_data(), std::vector<size_t>(size_t(n), bytes));
+  });
+}
+
 void ProcessGroupGloo::barrier() {
   Impl* impl = impl_.get();
   impl->enqueue("barrier", [impl] { impl->run_barrier(); })->wait();

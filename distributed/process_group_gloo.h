@@ -1,9 +1,9 @@
 // ProcessGroupGloo: collectives on CPU tensors over TCP, through Gloo.
 //
 // Collectives run on one background thread per group, in the order they were issued (every
-// rank must issue them in the same order); allreduce/broadcast/reduce_scatter return at once
-// with a Work, so the caller keeps computing while the bytes move. allgather, allgather_bytes
-// and barrier wait for their turn and their result.
+// rank must issue them in the same order); allreduce, broadcast, reduce_scatter and
+// allgather_into return at once with a Work, so the caller keeps computing while the bytes
+// move. allgather, allgather_bytes and barrier wait for their turn and their result.
 //
 // Every collective is bounded by options.timeout. A dead or missing peer fails the collective
 // on every surviving rank with an ember::Error naming the operation, the world size and the
@@ -37,6 +37,9 @@ class ProcessGroupGloo : public ProcessGroup {
   std::shared_ptr<Work> allreduce(Tensor tensor, ReduceOp op = ReduceOp::Sum) override;
   std::shared_ptr<Work> broadcast(Tensor tensor, int root = 0) override;
   std::vector<Tensor> allgather(const Tensor& tensor) override;
+  // Queued on the group's thread like allreduce; the ranks' numel and dtype are compared first,
+  // so a mismatch fails on every rank with both named and the group stays usable.
+  std::shared_ptr<Work> allgather_into(Tensor output, const Tensor& input) override;
   // Reduces a copy of `input` across ranks and keeps this rank's chunk (input is not changed).
   std::shared_ptr<Work> reduce_scatter(Tensor output, const Tensor& input, ReduceOp op = ReduceOp::Sum) override;
   void barrier() override;

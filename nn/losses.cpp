@@ -5,7 +5,8 @@
 namespace ember::nn {
 
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
-  return functional::mse_loss(input, target, reduction);
+  auto scope = enter_forward();
+  return scope.exit(functional::mse_loss(input, target, reduction));
 }
 
 }  // namespace ember::nn

@@ -14,7 +14,8 @@ class CrossEntropyLoss : public Module {
  public:
   explicit CrossEntropyLoss(CrossEntropyLossOptions opt = {}) : Module("CrossEntropyLoss"), opt(opt) {}
   Tensor forward(const Tensor& logits, const Tensor& target) {
-    return cross_entropy(logits, target, opt.ignore_index, opt.label_smoothing, opt.reduction);
+    auto scope = enter_forward();
+    return scope.exit(cross_entropy(logits, target, opt.ignore_index, opt.label_smoothing, opt.reduction));
   }
   CrossEntropyLossOptions opt;
 };

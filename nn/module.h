@@ -5,11 +5,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/removable_handle.h"
 
 namespace ember::nn {
 
@@ -24,6 +27,9 @@ struct LoadReport {
 
 class Module {
  public:
+  using ForwardPreHook = std::function<void(Module&)>;
+  using ForwardHook = std::function<Tensor(Module&, const Tensor& output)>;
+
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
   virtual ~Module() = default;
   Module(const Module&) = delete;
@@ -77,6 +83,24 @@ class Module {
 
   int64_t num_parameters() const;
 
+  // Forward hooks, run by the ForwardScope every Ember module's forward opens. A pre hook runs
+  // before the forward's body; a post hook receives an output tensor and returns it unchanged
+  // or a replacement (for example an identity carrying an autograd node), which the caller
+  // then sees. Hooks run in registration order. A call runs the hooks registered when its
+  // forward began: one registered from inside a hook first runs in the next call; one removed
+  // through its handle (even from inside a hook) runs no more. Destroying the handle keeps the
+  // hook registered. A post hook runs once for each output tensor the forward hands to its
+  // scope's exit (a struct output names several; see ForwardScope). A forward that reads a
+  // child's parameters directly (the fused BERT paths) runs none of that child's hooks.
+  RemovableHandle register_forward_pre_hook(ForwardPreHook hook);
+  RemovableHandle register_forward_hook(ForwardHook hook);
+  // Pre hooks plus post hooks registered on this module (not its children).
+  size_t forward_hook_count() const;
+  // True while a forward of this module is running (between enter_forward and the scope's end).
+  bool in_forward() const { return active_forwards_ > 0; }
+
+  class ForwardScope;
+
   // Under mixed precision, models that opt in (the BERT heads) return their outputs in f32
   // while autocast is on, as Accelerate's convert_outputs_to_fp32 does for a prepared model.
   // Accelerator::prepare sets it when mixed_precision is fp16 or bf16.
@@ -84,6 +108,10 @@ class Module {
   bool converts_outputs_to_f32() const { return outputs_to_f32_; }
 
  protected:
+  // Opened first thing in every forward: `auto scope = enter_forward();` runs the pre hooks,
+  // and `return scope.exit(out);` the post hooks. A forward that only calls another forward
+  // overload of the same module opens no scope of its own, so hooks run once per call.
+  ForwardScope enter_forward();
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   // `t` as this module's caller should see it: f32 when set_convert_outputs_to_f32 is on and
   // autocast is active, else unchanged.
@@ -100,6 +128,51 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::string> non_persistent_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  struct PreHookEntry;
+  struct PostHookEntry;
+  struct HookTable;
+  // Null until a hook is registered. Handles hold it weakly: one outliving its module removes
+  // nothing.
+  std::shared_ptr<HookTable> hooks_;
+  int active_forwards_ = 0;
+};
+
+// The hooks of one forward call. Module::enter_forward builds it and runs the pre hooks; an
+// exit form runs the post hooks on the output. Undefined tensors are passed through without
+// running hooks. in_forward() holds from enter_forward (pre hooks included) until the scope is
+// destroyed. When the forward (or a hook) throws, the destructor runs no post hooks and
+// in_forward() returns to what it was, so the module stays usable. Exit at most once.
+class Module::ForwardScope {
+ public:
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+  ~ForwardScope();
+
+  // The single output, after every post hook.
+  Tensor exit(Tensor out);
+  // Several outputs: the post hooks run on each tensor in turn (once per defined tensor).
+  std::vector<Tensor> exit(std::vector<Tensor> outs);
+  // A struct output: the post hooks run on each named member, in the order given, e.g.
+  //   return scope.exit(std::move(out), &BertModelOutput::last_hidden_state, &BertModelOutput::pooler_output);
+  template <typename T, typename... Members>
+  T exit(T result, Members... members) {
+    static_assert(sizeof...(Members) > 0, "ForwardScope::exit(result, &T::member...): name at least one member");
+    static_assert((std::is_same_v<Members, Tensor T::*> && ...),
+                  "ForwardScope::exit: members must be Tensor members of the result type");
+    finish();
+    ((result.*members = run_post(std::move(result.*members))), ...);
+    return result;
+  }
+
+ private:
+  friend class Module;
+  explicit ForwardScope(Module& module);
+  void finish();  // marks the scope exited; a second exit is an error
+  Tensor run_post(Tensor out) const;
+
+  Module& module_;
+  std::vector<std::shared_ptr<PostHookEntry>> post_;  // the post hooks when the forward began
+  bool exited_ = false;
 };
 
 // Whether a saved tensor of dtype `saved` can be loaded into one of dtype `target`: equal, or

@@ -317,6 +317,24 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter(Tensor output, const Tens
   });
 }
 
+std::shared_ptr<Work> ProcessGroupNCCL::allgather_into(Tensor output, const Tensor& input) {
+  const char* name = "allgather_into";
+  impl_->check_tensor(name, input);
+  impl_->check_tensor(name, output);
+  check_allgather_into(impl_->where(name), output, input, size_);
+  const size_t n = size_t(input.numel());
+  // NCCL gathers in place only when input is exactly this rank's chunk; any other overlap
+  // is read from a copy (made on the caller's stream, which the group's stream follows).
+  const size_t chunk_bytes = n * input.element_size();
+  const bool own_chunk = n > 0 && static_cast<const uint8_t*>(input.raw_data()) ==
+                                      static_cast<const uint8_t*>(output.raw_data()) + size_t(rank_) * chunk_bytes;
+  const Tensor src = !own_chunk && bytes_overlap(input, output) ? input.clone() : input;
+  return launch(impl_, name, {output, src}, [&](ncclComm_t comm, cudaStream_t s) {
+    if (n == 0) return ncclSuccess;  // nothing to move
+    return ncclAllGather(src.raw_data(), output.raw_data(), n, nccl_type(src.dtype()), comm, s);
+  });
+}
+
 namespace {
 
 // Gathers `in` (count_r elements of `type` on rank r) into `out` back to back: one broadcast

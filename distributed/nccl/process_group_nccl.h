@@ -28,6 +28,8 @@ class ProcessGroupNCCL : public ProcessGroup {
   std::shared_ptr<Work> allreduce(Tensor tensor, ReduceOp op = ReduceOp::Sum) override;
   std::shared_ptr<Work> broadcast(Tensor tensor, int root = 0) override;
   std::vector<Tensor> allgather(const Tensor& tensor) override;
+  // ncclAllGather on the group's stream; in place when input is this rank's chunk of output.
+  std::shared_ptr<Work> allgather_into(Tensor output, const Tensor& input) override;
   std::shared_ptr<Work> reduce_scatter(Tensor output, const Tensor& input, ReduceOp op = ReduceOp::Sum) override;
   void barrier() override;
   std::vector<Bytes> allgather_bytes(const Bytes& mine) override;

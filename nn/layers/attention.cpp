@@ -19,6 +19,7 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, boo
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const Tensor& key_padding_mask, bool causal) {
+  auto scope = enter_forward();
   EMBER_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3 && query.size(2) == embed_dim,
               "MultiheadAttention: expected [batch, length, ", embed_dim, "] inputs, got query ", query.shape(),
               ", key ", key.shape(), ", value ", value.shape());
@@ -44,7 +45,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
                                   -std::numeric_limits<double>::infinity());
       mask = mask.defined() ? mask + future : future;
     }
-    return out_proj->forward(packed_self_attention(qkv, num_heads, mask, dropout_p, is_training()));
+    return scope.exit(out_proj->forward(packed_self_attention(qkv, num_heads, mask, dropout_p, is_training())));
   }
   auto heads = [&](const Tensor& t, int64_t len) {
     return t.view({b, len, num_heads, head_dim}).transpose(1, 2);  // [B, H, L, D]
@@ -55,7 +56,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   Tensor mask;
   if (key_padding_mask.defined()) mask = functional::padding_mask_to_additive(key_padding_mask, q.dtype());
   Tensor ctx = functional::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_training(), causal);
-  return out_proj->forward(ctx.transpose(1, 2).reshape({b, lq, embed_dim}));
+  return scope.exit(out_proj->forward(ctx.transpose(1, 2).reshape({b, lq, embed_dim})));
 }
 
 TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerOptions o)
@@ -85,18 +86,19 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
+  auto scope = enter_forward();
   if (opt.norm_first) {
     Tensor n1 = norm1->forward(x);
     Tensor h = x + dropout1->forward(self_attn->forward(n1, n1, n1, key_padding_mask, causal));
-    return h + feed_forward(norm2->forward(h));
+    return scope.exit(h + feed_forward(norm2->forward(h)));
   }
   // Post-norm: each residual sum, its dropout and the norm after it are one fused op.
   Tensor a = self_attn->forward(x, x, x, key_padding_mask, causal);
   Tensor h = add_layer_norm(a, x, norm1->normalized_shape, norm1->weight, norm1->bias, norm1->eps, dropout1->p,
                             dropout1->is_training());
   Tensor f = linear(feed_forward_hidden(opt.gelu, *linear1, *dropout, h), linear2->weight);
-  return add_layer_norm(f, h, norm2->normalized_shape, norm2->weight, norm2->bias, norm2->eps, dropout2->p,
-                        dropout2->is_training(), linear2->bias);
+  return scope.exit(add_layer_norm(f, h, norm2->normalized_shape, norm2->weight, norm2->bias, norm2->eps,
+                                   dropout2->p, dropout2->is_training(), linear2->bias));
 }
 
 }  // namespace ember::nn

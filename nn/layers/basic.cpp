@@ -18,7 +18,10 @@ Linear::Linear(int64_t in, int64_t out, LinearOptions opt)
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  auto scope = enter_forward();
+  return scope.exit(linear(x, weight, bias));
+}
 
 Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad)
     : Module("Embedding"), num_embeddings(n), embedding_dim(dim), padding_idx(pad) {
@@ -35,7 +38,10 @@ Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad)
   }
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices, padding_idx); }
+Tensor Embedding::forward(const Tensor& indices) {
+  auto scope = enter_forward();
+  return scope.exit(embedding(weight, indices, padding_idx));
+}
 
 LayerNorm::LayerNorm(Shape shape, double eps_, bool affine)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_) {
@@ -45,12 +51,18 @@ LayerNorm::LayerNorm(Shape shape, double eps_, bool affine)
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  auto scope = enter_forward();
+  return scope.exit(layer_norm(x, normalized_shape, weight, bias, eps));
+}
 
 Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
   EMBER_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got ", p);
 }
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+Tensor Dropout::forward(const Tensor& x) {
+  auto scope = enter_forward();
+  return scope.exit(dropout(x, p, is_training()));
+}
 
 }  // namespace ember::nn

@@ -49,20 +49,29 @@ class Dropout : public Module {
 class GELU : public Module {
  public:
   explicit GELU(bool tanh_approx = false) : Module("GELU"), tanh_approx(tanh_approx) {}
-  Tensor forward(const Tensor& x) override { return gelu(x, tanh_approx); }
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(gelu(x, tanh_approx));
+  }
   bool tanh_approx;
 };
 
 class ReLU : public Module {
  public:
   ReLU() : Module("ReLU") {}
-  Tensor forward(const Tensor& x) override { return relu(x); }
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(relu(x));
+  }
 };
 
 class Tanh : public Module {
  public:
   Tanh() : Module("Tanh") {}
-  Tensor forward(const Tensor& x) override { return tanh(x); }
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(tanh(x));
+  }
 };
 
 }  // namespace ember::nn

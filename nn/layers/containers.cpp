@@ -12,9 +12,10 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  auto scope = enter_forward();
   Tensor h = x;
   for (auto& m : items_) h = m->forward(h);
-  return h;
+  return scope.exit(h);
 }
 
 void ModuleList::push_back(std::shared_ptr<Module> m) {

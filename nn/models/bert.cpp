@@ -1,5 +1,6 @@
 #include "nn/models/bert.h"
 
+#include <utility>
 #include <vector>
 
 #include "core/factory.h"
@@ -23,6 +24,7 @@ BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : BertPretrain
 }
 
 BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
+  auto scope = enter_forward();
   Tensor h = embeddings->forward(input_ids, token_type_ids);
   Tensor mask;
   if (attention_mask.defined()) {
@@ -33,7 +35,7 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
   h = encoder->forward(h, mask);
   BertModelOutput out{h, Tensor()};
   if (pooler) out.pooler_output = pooler->forward(h);
-  return out;
+  return scope.exit(std::move(out), &BertModelOutput::last_hidden_state, &BertModelOutput::pooler_output);
 }
 
 void init_bert_weights(Module& root, double range) {
@@ -65,6 +67,7 @@ BertForMaskedLM::BertForMaskedLM(const BertConfig& c) : BertPretrainedModel("Ber
 
 ModelOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                      const Tensor& token_type_ids, const Tensor& labels) {
+  auto scope = enter_forward();
   Tensor h = bert->forward(input_ids, attention_mask, token_type_ids).last_hidden_state;
   if (labels.defined()) {
     EMBER_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM: labels ", labels.shape(),
@@ -83,7 +86,7 @@ ModelOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& atte
   Tensor logits = model_output(cls->forward(h));
   ModelOutput out{Tensor(), logits};
   if (labels.defined()) out.loss = cross_entropy(logits.reshape({-1, config.vocab_size}), targets, -100);
-  return out;
+  return scope.exit(std::move(out), &ModelOutput::loss, &ModelOutput::logits);
 }
 
 ModelOutput BertForMaskedLM::forward(const Batch& b) {
@@ -100,6 +103,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 
 ModelOutput BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                                    const Tensor& token_type_ids, const Tensor& labels) {
+  auto scope = enter_forward();
   Tensor pooled = bert->forward(input_ids, attention_mask, token_type_ids).pooler_output;
   Tensor logits = model_output(classifier->forward(dropout->forward(pooled)));
   ModelOutput out{Tensor(), logits};
@@ -110,7 +114,7 @@ ModelOutput BertForSequenceClassification::forward(const Tensor& input_ids, cons
       out.loss = cross_entropy(logits, labels.to(DType::i64).view({-1}));
     }
   }
-  return out;
+  return scope.exit(std::move(out), &ModelOutput::loss, &ModelOutput::logits);
 }
 
 ModelOutput BertForSequenceClassification::forward(const Batch& b) {

@@ -32,6 +32,7 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c) : Module("BertEmbeddings") {
 }
 
 Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  auto scope = enter_forward();
   EMBER_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, length], got ", input_ids.shape());
   const int64_t len = input_ids.size(1);
   const int64_t max_len = position_embeddings->num_embeddings;
@@ -41,7 +42,7 @@ Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type
   Tensor types = token_type_ids.defined() ? token_type_ids : zeros(input_ids.shape(), {DType::i64, input_ids.device()});
   x = add_layer_norm(x, token_type_embeddings->forward(types), layer_norm->normalized_shape, layer_norm->weight,
                      layer_norm->bias, layer_norm->eps);
-  return dropout->forward(x);
+  return scope.exit(dropout->forward(x));
 }
 
 BertSelfAttention::BertSelfAttention(const BertConfig& c)
@@ -53,6 +54,7 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_mask) {
+  auto scope = enter_forward();
   // q, k and v from one product with the three weights stacked (cast once each under autocast);
   // the attention reads the heads in place and writes them merged: no per-head copies.
   auto stacked = [](const Linear& a, const Linear& b, const Linear& c, Tensor Linear::*p) {
@@ -60,7 +62,7 @@ Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_m
   };
   const Tensor qkv = linear(hidden, stacked(*query, *key, *value, &Linear::weight),
                             stacked(*query, *key, *value, &Linear::bias));
-  return packed_self_attention(qkv, num_heads, additive_mask, dropout->p, dropout->is_training());
+  return scope.exit(packed_self_attention(qkv, num_heads, additive_mask, dropout->p, dropout->is_training()));
 }
 
 BertResidualOutput::BertResidualOutput(std::string type_name, int64_t in_features, const BertConfig& c)
@@ -71,8 +73,10 @@ BertResidualOutput::BertResidualOutput(std::string type_name, int64_t in_feature
 }
 
 Tensor BertResidualOutput::forward(const Tensor& x, const Tensor& residual) {
-  return add_layer_norm(linear(x, dense->weight), residual, layer_norm->normalized_shape, layer_norm->weight,
-                        layer_norm->bias, layer_norm->eps, dropout->p, dropout->is_training(), dense->bias);
+  auto scope = enter_forward();
+  return scope.exit(add_layer_norm(linear(x, dense->weight), residual, layer_norm->normalized_shape,
+                                   layer_norm->weight, layer_norm->bias, layer_norm->eps, dropout->p,
+                                   dropout->is_training(), dense->bias));
 }
 
 BertSelfOutput::BertSelfOutput(const BertConfig& c) : BertResidualOutput("BertSelfOutput", c.hidden_size, c) {}
@@ -85,14 +89,18 @@ BertAttention::BertAttention(const BertConfig& c) : Module("BertAttention") {
 }
 
 Tensor BertAttention::forward(const Tensor& hidden, const Tensor& additive_mask) {
-  return output->forward(self->forward(hidden, additive_mask), hidden);
+  auto scope = enter_forward();
+  return scope.exit(output->forward(self->forward(hidden, additive_mask), hidden));
 }
 
 BertIntermediate::BertIntermediate(const BertConfig& c) : Module("BertIntermediate"), act(c.hidden_act) {
   dense = register_module("dense", std::make_shared<Linear>(c.hidden_size, c.intermediate_size));
 }
 
-Tensor BertIntermediate::forward(const Tensor& x) { return bert_dense_activation(*dense, act, x); }
+Tensor BertIntermediate::forward(const Tensor& x) {
+  auto scope = enter_forward();
+  return scope.exit(bert_dense_activation(*dense, act, x));
+}
 
 BertLayer::BertLayer(const BertConfig& c) : Module("BertLayer") {
   attention = register_module("attention", std::make_shared<BertAttention>(c));
@@ -101,8 +109,9 @@ BertLayer::BertLayer(const BertConfig& c) : Module("BertLayer") {
 }
 
 Tensor BertLayer::forward(const Tensor& hidden, const Tensor& additive_mask) {
+  auto scope = enter_forward();
   Tensor a = attention->forward(hidden, additive_mask);
-  return output->forward(intermediate->forward(a), a);
+  return scope.exit(output->forward(intermediate->forward(a), a));
 }
 
 BertEncoder::BertEncoder(const BertConfig& c) : Module("BertEncoder") {
@@ -111,6 +120,7 @@ BertEncoder::BertEncoder(const BertConfig& c) : Module("BertEncoder") {
 }
 
 Tensor BertEncoder::forward(const Tensor& hidden, const Tensor& additive_mask) {
+  auto scope = enter_forward();
   const bool checkpointed = gradient_checkpointing && is_training() && GradMode::is_enabled();
   Tensor h = hidden;
   for (size_t i = 0; i < layer->size(); ++i) {
@@ -122,7 +132,7 @@ Tensor BertEncoder::forward(const Tensor& hidden, const Tensor& additive_mask) {
       h = l->forward(h, additive_mask);
     }
   }
-  return h;
+  return scope.exit(h);
 }
 
 BertPooler::BertPooler(const BertConfig& c) : Module("BertPooler") {
@@ -130,8 +140,9 @@ BertPooler::BertPooler(const BertConfig& c) : Module("BertPooler") {
 }
 
 Tensor BertPooler::forward(const Tensor& hidden) {
+  auto scope = enter_forward();
   EMBER_CHECK(hidden.dim() == 3, "BertPooler: hidden must be [batch, length, hidden], got ", hidden.shape());
-  return tanh(dense->forward(hidden.select(1, 0)));
+  return scope.exit(tanh(dense->forward(hidden.select(1, 0))));
 }
 
 Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype) {

@@ -15,7 +15,8 @@ BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& c)
 }
 
 Tensor BertPredictionHeadTransform::forward(const Tensor& x) {
-  return layer_norm->forward(bert_dense_activation(*dense, act, x));
+  auto scope = enter_forward();
+  return scope.exit(layer_norm->forward(bert_dense_activation(*dense, act, x)));
 }
 
 TiedLinear::TiedLinear(const Tensor& w, const Tensor& b) : Module("Linear") {
@@ -23,7 +24,10 @@ TiedLinear::TiedLinear(const Tensor& w, const Tensor& b) : Module("Linear") {
   bias = register_parameter("bias", b);
 }
 
-Tensor TiedLinear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor TiedLinear::forward(const Tensor& x) {
+  auto scope = enter_forward();
+  return scope.exit(linear(x, weight, bias));
+}
 
 BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, const Tensor& decoder_weight)
     : Module("BertLMPredictionHead") {
@@ -35,12 +39,18 @@ BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, const Tensor& de
   decoder = register_module("decoder", std::make_shared<TiedLinear>(decoder_weight, bias));
 }
 
-Tensor BertLMPredictionHead::forward(const Tensor& hidden) { return decoder->forward(transform->forward(hidden)); }
+Tensor BertLMPredictionHead::forward(const Tensor& hidden) {
+  auto scope = enter_forward();
+  return scope.exit(decoder->forward(transform->forward(hidden)));
+}
 
 BertOnlyMLMHead::BertOnlyMLMHead(const BertConfig& c, const Tensor& decoder_weight) : Module("BertOnlyMLMHead") {
   predictions = register_module("predictions", std::make_shared<BertLMPredictionHead>(c, decoder_weight));
 }
 
-Tensor BertOnlyMLMHead::forward(const Tensor& hidden) { return predictions->forward(hidden); }
+Tensor BertOnlyMLMHead::forward(const Tensor& hidden) {
+  auto scope = enter_forward();
+  return scope.exit(predictions->forward(hidden));
+}
 
 }  // namespace ember::nn

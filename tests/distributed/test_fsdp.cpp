@@ -279,9 +279,52 @@ TEST(FSDP, DestroyingTheWrapperRemovesItsHooks) {
     auto model = make_mlp(80);
     for (int k = 0; k < 20; ++k) shard_model(model, pg, options_for(ShardingStrategy::SHARD_GRAD_OP));
     for (auto& p : model->parameters()) EXPECT_EQ(p.hook_count(), 0u);
+    EXPECT_EQ(model->forward_hook_count(), 0u);
     // Afterwards plain training computes local gradients again.
     auto [x, y] = batch_rows(0, 2, 0, 2);
     nn::functional::mse_loss(model->forward(x), y).backward();
     for (auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
   }));
+}
+
+TEST(FSDP, TheModelsForwardGathersWhatTheLastStepUpdated) {
+  // A Sequential opens the forward scope its pre-hooks run in: no sync_parameters() call needed.
+  auto make = [](uint64_t seed) {
+    auto m = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(kIn, kHidden), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(kHidden, kOut)});
+    fill_deterministic(*m, seed);
+    return m;
+  };
+  const int world = 3, steps = 4;
+  const int64_t b = 2;
+  auto reference = make(90);
+  {
+    optim::AdamW opt(reference->parameters(), kAdamW);
+    for (int k = 0; k < steps; ++k) {
+      auto [x, y] = batch_rows(k, b * world, 0, b * world);
+      nn::functional::mse_loss(reference->forward(x), y).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+  }
+  std::vector<double> diffs(world, -1);
+  expect_no_errors(run_ranks(world, [&](std::shared_ptr<ProcessGroup> pg) {
+    auto model = make(90);
+    auto fsdp = shard_model(model, pg, options_for(ShardingStrategy::SHARD_GRAD_OP));
+    optim::AdamW opt(fsdp->parameters(), kAdamW);
+    for (int k = 0; k < steps; ++k) {
+      auto [x, y] = batch_rows(k, b * world, b * pg->rank(), b);
+      nn::functional::mse_loss(model->forward(x), y).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    Tensor probe = zeros({1, kIn});
+    model->forward(probe);  // the last step's gather
+    diffs[size_t(pg->rank())] = max_abs_diff(*model, *reference);
+    EXPECT_EQ(fsdp->bytes_gathered(), steps * 4 * (114 + 51));  // every unit once per step, 112 padded to 114
+  }));
+  for (double d : diffs) {
+    EXPECT_GE(d, 0);
+    EXPECT_LE(d, 1e-5);
+  }
 }

@@ -220,6 +220,94 @@ TEST(ProcessGroupGloo, ReduceScatter) {
   }
 }
 
+// What rank r contributes to allgather_into: 2-d, so the flat layout is what is checked.
+Tensor gather_piece(int r, int64_t rows, DType dt) {
+  std::vector<double> v(size_t(rows * 3));
+  for (size_t k = 0; k < v.size(); ++k) v[k] = 10.0 * r + double(k);
+  return from_vector(v, {rows, 3}).to(dt);
+}
+
+TEST(ProcessGroupGloo, AllgatherIntoMatchesAllgatherConcatenated) {
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(n));
+    run_ranks(n, [n](ProcessGroupGloo& pg) {
+      for (DType dt : {DType::f32, DType::bf16, DType::i64}) {
+        const Tensor mine = gather_piece(pg.rank(), 4, dt);
+        Tensor out = full({n * 12}, -1.0, {dt});  // any shape with n * numel elements
+        auto work = pg.allgather_into(out, mine);
+        work->wait();
+        EXPECT_TRUE(work->is_completed());
+        const Tensor want = cat(pg.allgather(mine), 0).reshape({-1});
+        EXPECT_TRUE(testing::all_close(out, want, 0, 0)) << dtype_name(dt);
+        const auto got = out.to_vector<double>();
+        for (int r = 0; r < n; ++r)
+          for (int k = 0; k < 12; ++k) ASSERT_EQ(got[size_t(r * 12 + k)], 10.0 * r + k) << dtype_name(dt);
+      }
+      // In place: the input is this rank's chunk of the output, as in a sharded buffer.
+      Tensor flat = zeros({n * 5}, {DType::f32});
+      Tensor chunk = flat.narrow(0, pg.rank() * 5, 5);
+      chunk.fill_(double(pg.rank() + 1));
+      pg.allgather_into(flat, chunk)->wait();
+      const auto v = flat.to_vector<float>();
+      for (int r = 0; r < n; ++r) EXPECT_EQ(v[size_t(r * 5 + 4)], float(r + 1));
+      // Empty inputs move nothing.
+      Tensor empty_out = zeros({0});
+      pg.allgather_into(empty_out, zeros({0, 3}))->wait();
+      EXPECT_EQ(empty_out.numel(), 0);
+    });
+  }
+}
+
+TEST(ProcessGroupGloo, SeveralAllgatherIntoInFlightFinishInIssueOrder) {
+  run_ranks(3, [](ProcessGroupGloo& pg) {
+    const int n = pg.size(), r = pg.rank();
+    std::vector<Tensor> outs, ins;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t len = (i == 1) ? (1 << 18) : 7 + i;  // one large enough to take a while
+      ins.push_back(full({len}, 100.0 * i + r, {DType::f64}));
+      outs.push_back(zeros({n * len}, {DType::f64}));
+      works.push_back(pg.allgather_into(outs.back(), ins.back()));
+      if (i == 2) {
+        // Other collectives issued in between keep their place in the queue.
+        Tensor x = full({3}, double(r + 1));
+        works.push_back(pg.allreduce(x));
+        works.back()->wait();
+        EXPECT_EQ(x.to_vector<float>()[0], 6.0f);
+        // Everything issued before the all-reduce has run by the time it finished.
+        for (int k = 0; k <= 2; ++k) EXPECT_TRUE(works[size_t(k)]->is_completed()) << k;
+      }
+    }
+    for (auto& w : works) w->wait();
+    for (int i = 0; i < 4; ++i) {
+      const auto got = outs[size_t(i)].to_vector<double>();
+      const size_t len = size_t(ins[size_t(i)].numel());
+      for (int q = 0; q < n; ++q) {
+        ASSERT_EQ(got[size_t(q) * len], 100.0 * i + q) << "gather " << i;
+        ASSERT_EQ(got[size_t(q) * len + len - 1], 100.0 * i + q) << "gather " << i;
+      }
+    }
+  });
+}
+
+TEST(ProcessGroupGloo, AllgatherIntoRefusesBadBuffersAndMismatchedRanks) {
+  run_ranks(2, [](ProcessGroupGloo& pg) {
+    const std::string where = "allgather_into (world 2, rank " + std::to_string(pg.rank()) + ")";
+    EXPECT_EMBER_ERROR(pg.allgather_into(zeros({5}), zeros({2, 3})), where, "output has 5 elements (shape [5])",
+                       "world size 2", "6 elements (shape [2, 3])", "is 12");
+    EXPECT_EMBER_ERROR(pg.allgather_into(zeros({12}, {DType::f64}), zeros({6})), where, "output dtype float64",
+                       "input dtype float32");
+    EXPECT_EMBER_ERROR(pg.allgather_into(zeros({4, 3}).t(), zeros({6})), where, "contiguous");
+    // Ranks that disagree about the size fail alike, naming both, and the group goes on.
+    const int64_t len = pg.rank() == 0 ? 3 : 4;
+    EXPECT_EMBER_ERROR(pg.allgather_into(zeros({2 * len}), zeros({len}))->wait(), "allgather_into (world 2",
+                       "rank 0 3 elements of float32", "rank 1 4 elements of float32");
+    Tensor x = ones({2});
+    pg.allreduce(x)->wait();
+    EXPECT_EQ(x.to_vector<float>()[1], 2.0f);
+  });
+}
+
 TEST(ProcessGroupGloo, BarrierWaitsForEveryone) {
   std::atomic<int> arrived{0};
   run_ranks(4, [&](ProcessGroupGloo& pg) {
@@ -449,6 +537,23 @@ TEST(ProcessGroupGlooProcesses, ExitedRankFailsTheAllreduceOnEverySurvivor) {
     // ("ranks 0, 2") on a loaded machine.
     EXPECT_TRUE(std::regex_search(w.output(r), std::regex("ranks? ([0-9]+, )*2\\b"))) << w.output(r);
   }
+}
+
+TEST(ProcessGroupGlooProcesses, KilledRankFailsAllgatherIntoOnEverySurvivorWithinTheTimeout) {
+  auto store = serve_store();
+  Workers w(store->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 3; ++r) w.start(r, 3, "kill_before_allgather_into", 3000, 1);
+  w.finish(20000);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(w.child(1).status, 128 + SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(w.child(r).status, 3) << w.output(r);
+    EXPECT_NE(w.output(r).find("ERROR: allgather_into (world 3, rank " + std::to_string(r) + ")"), std::string::npos)
+        << w.output(r);
+    EXPECT_TRUE(std::regex_search(w.output(r), std::regex("ranks? ([0-9]+, )*1\\b"))) << w.output(r);
+  }
+  EXPECT_LT(took, 3.0 + 7.0);  // the timeout plus start-up on a loaded machine
 }
 
 TEST(ProcessGroupGlooProcesses, StuckRankTimesOut) {

@@ -95,6 +95,31 @@ TEST(ProcessGroupNCCL, CollectivesOnEmptyTensors) {
   pg->barrier();
 }
 
+// allgather_into on one rank: the output is the input, in place too, on empty tensors, and a
+// wrong output size is refused before anything is queued.
+TEST(ProcessGroupNCCL, AllgatherIntoOnOneGpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto pg = make_group();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::bf16, DType::i64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor in = arange(0, 6, 1, {dt}).view({2, 3}).to(gpu);
+    Tensor out = zeros({6}, {dt, gpu});
+    pg->allgather_into(out, in)->wait();
+    EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{0, 1, 2, 3, 4, 5}));
+    pg->allgather_into(out, out)->wait();  // the input is this rank's chunk: in place
+    EXPECT_EQ(out.to_vector<double>()[5], 5.0);
+    Tensor none = empty({0}, {dt, gpu});
+    pg->allgather_into(none, empty({0, 3}, {dt, gpu}))->wait();
+  }
+  EXPECT_EMBER_ERROR(pg->allgather_into(zeros({5}, {DType::f32, gpu}), zeros({6}, {DType::f32, gpu})),
+                     "allgather_into (world 1, rank 0)", "output has 5 elements");
+  EXPECT_EMBER_ERROR(pg->allgather_into(zeros({6}), zeros({6})), "allgather_into", "CUDA tensors");
+  Tensor x = full({4}, 3.0, {DType::f32, gpu});
+  pg->allreduce(x)->wait();
+  EXPECT_EQ(x.to_vector<float>()[3], 3.0f);
+}
+
 // Blocks `stream` (work queued after the hold waits) until release(); a deadline keeps a
 // failing test from holding it forever.
 class StreamHold {

@@ -3,7 +3,8 @@
 // exits 3 when a collective raised ember::Error, 1 on a wrong result.
 //
 //   pg_worker --port P --rank R --size N [--host H] [--backend gloo] [--timeout-ms T]
-//             [--scenario check|bench|die_before_allreduce|kill_before_allreduce|hang_before_allreduce]
+//             [--scenario check|bench|die_before_allreduce|kill_before_allreduce|hang_before_allreduce
+//                         |kill_before_allgather_into]
 //             [--victim V] [--bench-iters K] [--serve-store 1]
 #include <signal.h>
 #include <unistd.h>
@@ -103,8 +104,14 @@ int main(int argc, char** argv) {
       pg->allreduce(x)->wait();
       if (rank == victim) {
         if (scenario == "die_before_allreduce") std::_Exit(0);
-        if (scenario == "kill_before_allreduce") raise(SIGKILL);
+        if (scenario == "kill_before_allreduce" || scenario == "kill_before_allgather_into") raise(SIGKILL);
         if (scenario == "hang_before_allreduce") std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      if (scenario == "kill_before_allgather_into") {
+        Tensor out = zeros({size * x.numel()});
+        pg->allgather_into(out, x)->wait();
+        std::cout << "UNEXPECTED: allgather_into succeeded" << std::endl;
+        return 1;
       }
       pg->allreduce(x)->wait();
       std::cout << "UNEXPECTED: allreduce succeeded" << std::endl;

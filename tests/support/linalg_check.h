@@ -23,7 +23,9 @@ reference::RefTensor ref_abs(reference::RefTensor r);
 // The relative bound above for a k-term product in `dtype`.
 double product_rel(DType dtype, int64_t k, bool tf32 = false);
 
-// Every element of got within rel * scale of want, with got's shape and dtype as expected.
+// Every element of got within rel * scale of want (plus one subnormal step of dtype: a result
+// that rounds into the subnormal range has that much absolute error), with got's shape and
+// dtype as expected.
 ::testing::AssertionResult product_close(const Tensor& got, const reference::RefTensor& want,
                                          const reference::RefTensor& scale, DType dtype, int64_t k,
                                          bool tf32 = false);
