@@ -178,12 +178,15 @@ int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::s
   acc.save_state(dir);
   const auto saved = values_of(*model);
   data::DataLoader fixed(ds, {.batch_size = b});
+  // Named copies: clang 14 cannot capture structured bindings in a lambda.
+  auto prepared_model = m;
+  auto prepared_opt = o;
   auto extra_step = [&] {
     auto batch = *fixed.begin();
-    acc.backward(loss_of(*m, batch));
+    acc.backward(loss_of(*prepared_model, batch));
     expect(acc.sync_gradients(), "the extra step synchronises");
-    o->step();
-    o->zero_grad();
+    prepared_opt->step();
+    prepared_opt->zero_grad();
     return values_of(*model);
   };
   const auto first = extra_step();
