@@ -191,6 +191,22 @@ Tensor FullyShardedDataParallel::shard_of(const Tensor& param) const {
   return Tensor();
 }
 
+std::vector<ShardPiece> FullyShardedDataParallel::shard_pieces() const {
+  std::vector<std::pair<int64_t, ShardPiece>> all;
+  for (size_t u = 0; u < layouts_.size(); ++u) {
+    const auto [lo, hi] = owned_range(layouts_[u]);
+    for (size_t i = 0; i < layouts_[u].params.size(); ++i) {
+      const FlatParamEntry& e = layouts_[u].params[i];
+      const auto [first, len] = layouts_[u].overlap(i, lo, hi);
+      all.push_back({e.model_index, ShardPiece{e.name, e.param.shape(), first, len, units_[u]->shard_views[i]}});
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ShardPiece> out;
+  for (auto& [k, piece] : all) out.push_back(std::move(piece));
+  return out;
+}
+
 std::vector<Tensor> FullyShardedDataParallel::sharded(const std::vector<Tensor>& params) const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {

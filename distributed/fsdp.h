@@ -32,6 +32,17 @@
 
 namespace ember::distributed {
 
+// Where this rank's shard of one parameter lies: elements [first, first + numel) of the
+// parameter flattened in row-major order. Sharded checkpoints are written and read in these
+// terms, so they do not depend on the unit layout or the world size that wrote them.
+struct ShardPiece {
+  std::string name;  // the parameter's name in the model
+  Shape shape;       // the whole parameter's shape
+  int64_t first = 0;
+  int64_t numel = 0;
+  Tensor shard;      // the shard view (1-D f32, numel elements): what the optimizer steps
+};
+
 class FullyShardedDataParallel : public std::enable_shared_from_this<FullyShardedDataParallel> {
  public:
   // A collective: checks every rank built the same model, copies rank 0's parameters and
@@ -58,6 +69,13 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   // model's forward pre-hook calls it, so only code that reads the parameters outside forward
   // (state_dict, evaluation by hand) needs to call it.
   void sync_parameters();
+
+  // This rank's piece of every trainable parameter, in model order (pieces of 0 elements
+  // included, so every rank lists every parameter).
+  std::vector<ShardPiece> shard_pieces() const;
+  // Call after writing into the shard views other than by an optimizer step (loading a
+  // checkpoint): the next forward, or sync_parameters(), gathers them.
+  void shards_changed() { parameters_stale_ = true; }
 
   // Scales the shard gradients so the norm of the whole (unsharded) gradient is at most
   // max_norm; returns that norm before clipping, the same on every rank. Collective.
