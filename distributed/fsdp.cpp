@@ -207,6 +207,14 @@ std::vector<ShardPiece> FullyShardedDataParallel::shard_pieces() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> FullyShardedDataParallel::full_state_dict() {
+  sync_parameters();
+  NoGradGuard no_grad;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : model_->state_dict()) out.push_back({name, t.clone()});
+  return out;
+}
+
 std::vector<Tensor> FullyShardedDataParallel::sharded(const std::vector<Tensor>& params) const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {

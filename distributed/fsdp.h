@@ -73,6 +73,9 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   // This rank's piece of every trainable parameter, in model order (pieces of 0 elements
   // included, so every rank lists every parameter).
   std::vector<ShardPiece> shard_pieces() const;
+  // The whole model's state (parameters and buffers, model.state_dict() names), as copies that
+  // outlive later steps. Collective: every rank must call it; every rank gets the full values.
+  std::vector<std::pair<std::string, Tensor>> full_state_dict();
   // Call after writing into the shard views other than by an optimizer step (loading a
   // checkpoint): the next forward, or sync_parameters(), gathers them.
   void shards_changed() { parameters_stale_ = true; }
