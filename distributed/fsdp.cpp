@@ -4,11 +4,14 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "autograd/engine.h"
+#include "autograd/node.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "distributed/model_replica.h"
+#include "nn/models/pretrained_model.h"
 #include "optim/clip_grad.h"
 
 namespace ember::distributed {
@@ -36,10 +39,16 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
   EMBER_FAIL("unknown sharding strategy '", name, "'; expected FULL_SHARD, SHARD_GRAD_OP, SHARD_OPTIMIZER or NO_SHARD");
 }
 
-// One unit's buffers. flat_param holds the replicated parameters (each one a view into it);
-// shard_views are this rank's pieces of them, what the optimizer steps.
+// One unit's buffers. flat_param holds the parameters (each one a view into it); shard_views
+// are this rank's pieces of them, what the optimizer steps. Under FULL_SHARD they view `shard`
+// instead, and flat_param's memory exists only while the unit is gathered.
 struct FullyShardedDataParallel::Unit {
+  enum class State { Gathered, Gathering, Released };
   Tensor flat_param;               // f32 [padded]
+  Tensor shard;                    // FULL_SHARD: f32 [shard_numel], the master copy
+  State state = State::Gathered;
+  std::shared_ptr<Work> gather_work;
+  nn::Module* module = nullptr;    // FULL_SHARD: the wrapped module whose hooks gather
   Tensor flat_grad;                // f32 [padded]: kept across steps under SHARD_OPTIMIZER, else per pass
   std::vector<Tensor> shard_views; // one per parameter, 1-D, maybe empty
   std::vector<int64_t> view_offset;  // the view's first element within the owned range
@@ -80,19 +89,23 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   const char* who = "sharded data parallel";
   EMBER_CHECK(model_ != nullptr, who, ": model is null");
   EMBER_CHECK(pg_ != nullptr, who, ": process group is null");
-  EMBER_CHECK(options_.sharding_strategy != ShardingStrategy::FULL_SHARD, who,
-              ": FULL_SHARD (stage 3, parameters sharded) is not available in this version; choose SHARD_GRAD_OP "
-              "(stage 2) or SHARD_OPTIMIZER (stage 1), which keep the parameters replicated");
   const auto& pd = options_.mixed_precision.param_dtype;
   EMBER_CHECK(!pd || *pd == DType::f32, who, ": param_dtype ", pd ? dtype_name(*pd) : "", " under ",
               sharding_strategy_name(options_.sharding_strategy),
-              ": this strategy computes on the replicated f32 parameters; run the forward under autocast "
+              ": every strategy gathers and computes on f32 parameters; run the forward under autocast "
               "(AutocastGuard, or the Accelerator's mixed_precision) for bf16/f16 compute");
   const DType rd = options_.mixed_precision.reduce_dtype;
   EMBER_CHECK(rd == DType::f32 || rd == DType::bf16 || rd == DType::f16, who, ": reduce_dtype must be f32, bf16 or "
               "f16, got ", dtype_name(rd));
-  EMBER_CHECK(!options_.activation_checkpointing, who, ": activation_checkpointing is applied by the Accelerator; "
-              "without it call gradient_checkpointing_enable() on the model or ember::checkpoint in its forward");
+  if (options_.activation_checkpointing) {
+    // Accelerate applies checkpointing to the wrapped layers; the models that support it wrap
+    // exactly those (every encoder layer), so their own switch does it.
+    auto* pretrained = dynamic_cast<nn::PretrainedModel*>(model_.get());
+    EMBER_CHECK(pretrained && pretrained->supports_gradient_checkpointing(), who, ": activation_checkpointing: ",
+                model_->type_name(), " has no gradient_checkpointing_enable(); wrap its blocks' forward in "
+                "ember::checkpoint (autograd/checkpoint.h) instead");
+    pretrained->gradient_checkpointing_enable();
+  }
   verify_same_model_on_all_ranks(*model_, *pg_, who);
   std::vector<Tensor> state;
   for (auto& [name, t] : model_->named_parameters()) state.push_back(t);
@@ -104,13 +117,14 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   remove_hooks();
-  for (auto& u : units_) {
-    if (!u->work) continue;
-    try {
-      u->work->wait();
-    } catch (...) {
+  for (auto& u : units_)
+    for (auto* w : {&u->work, &u->gather_work}) {
+      if (!*w) continue;
+      try {
+        (*w)->wait();
+      } catch (...) {
+      }
     }
-  }
 }
 
 std::pair<int64_t, int64_t> FullyShardedDataParallel::owned_range(const UnitLayout& u) const {
@@ -134,10 +148,20 @@ void FullyShardedDataParallel::build_units() {
       param.set_grad(Tensor());
       nn::replace_data(param, slot);  // the parameter keeps its identity, now inside the flat buffer
       const auto [first, len] = layout.overlap(i, lo, hi);
-      Tensor view = make_view(unit->flat_param, {len}, {1}, len ? e.offset + first : 0).detach();
+      unit->view_offset.push_back(len ? e.offset + first - lo : 0);
+    }
+    if (full_shard()) unit->shard = unit->flat_param.narrow(0, lo, hi - lo).clone();
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const int64_t len = layout.overlap(i, lo, hi).second;
+      Tensor view = full_shard() ? make_view(unit->shard, {len}, {1}, unit->view_offset[i])
+                                 : make_view(unit->flat_param, {len}, {1}, len ? lo + unit->view_offset[i] : 0);
+      view = view.detach();
       view.requires_grad_(true);
       unit->shard_views.push_back(view);
-      unit->view_offset.push_back(len ? e.offset + first - lo : 0);
+    }
+    if (full_shard()) {
+      unit->flat_param.impl()->storage->release_memory();
+      unit->state = Unit::State::Released;
     }
     unit->ready.assign(layout.params.size(), false);
     unit->pending = layout.params.size();
@@ -152,8 +176,31 @@ void FullyShardedDataParallel::install_hooks() {
   std::weak_ptr<FullyShardedDataParallel> weak = weak_from_this();
   // Before the model's forward, gather what the last optimizer step updated.
   hooks_.push_back(model_->register_forward_pre_hook([weak](nn::Module&) {
-    if (auto f = weak.lock()) f->sync_parameters();
+    auto f = weak.lock();
+    if (!f) return;
+    if (f->full_shard() && !autograd::in_backward()) {
+      if (!f->recording_.empty()) f->forward_order_ = f->recording_;
+      f->recording_.clear();
+    }
+    f->sync_parameters();
   }));
+  if (full_shard()) {
+    std::map<std::string, nn::Module*> modules;
+    for (auto& [path, m] : model_->named_modules()) modules[path] = m;
+    for (size_t u = 0; u < layouts_.size(); ++u) {
+      auto it = modules.find(layouts_[u].name);
+      EMBER_CHECK(it != modules.end(), "sharded data parallel: unit '", layouts_[u].display_name(),
+                  "' names no module of the model");
+      units_[u]->module = it->second;
+      hooks_.push_back(it->second->register_forward_pre_hook([weak, u](nn::Module&) {
+        if (auto f = weak.lock()) f->pre_forward(u);
+      }));
+      hooks_.push_back(it->second->register_forward_hook([weak, u](nn::Module&, const Tensor& out) {
+        auto f = weak.lock();
+        return f ? f->post_forward(u, out) : out;
+      }));
+    }
+  }
   for (size_t u = 0; u < layouts_.size(); ++u)
     for (size_t i = 0; i < layouts_[u].params.size(); ++i)
       hooks_.push_back(layouts_[u].params[i].param.register_post_accumulate_grad_hook([weak, u, i](const Tensor&) {
@@ -208,7 +255,7 @@ std::vector<ShardPiece> FullyShardedDataParallel::shard_pieces() const {
 }
 
 std::vector<std::pair<std::string, Tensor>> FullyShardedDataParallel::full_state_dict() {
-  sync_parameters();
+  auto full = summon_full_params(false);
   NoGradGuard no_grad;
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [name, t] : model_->state_dict()) out.push_back({name, t.clone()});
@@ -230,6 +277,112 @@ std::vector<std::string> FullyShardedDataParallel::unit_names() const {
   std::vector<std::string> out;
   for (const auto& l : layouts_) out.push_back(l.display_name());
   return out;
+}
+
+bool FullyShardedDataParallel::reshards_after_forward(size_t u) const {
+  return !layouts_[u].name.empty() && options_.reshard_after_forward.value_or(true);
+}
+
+bool FullyShardedDataParallel::unit_gathered(size_t u) const {
+  EMBER_CHECK(u < units_.size(), "sharded data parallel: unit ", u, " of ", units_.size());
+  return units_[u]->state == Unit::State::Gathered;
+}
+
+void FullyShardedDataParallel::gather(size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.state != Unit::State::Released) return;
+  NoGradGuard no_grad;
+  unit.flat_param.impl()->storage->restore_memory();
+  try {
+    unit.gather_work = pg_->allgather_into(unit.flat_param, unit.shard);
+  } catch (...) {
+    unit.flat_param.impl()->storage->release_memory();
+    throw;
+  }
+  unit.state = Unit::State::Gathering;
+  bytes_gathered_ += layouts_[u].padded_numel * 4;
+}
+
+void FullyShardedDataParallel::ensure_gathered(size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.state == Unit::State::Gathered) return;
+  gather(u);
+  std::shared_ptr<Work> w = std::move(unit.gather_work);
+  w->wait();
+  unit.state = Unit::State::Gathered;
+}
+
+void FullyShardedDataParallel::reshard(size_t u) {
+  Unit& unit = *units_[u];
+  if (!full_shard() || unit.state == Unit::State::Released) return;
+  if (std::shared_ptr<Work> w = std::move(unit.gather_work)) {
+    // The collective writes into the memory: it must be done before the memory goes back.
+    unit.state = Unit::State::Gathered;
+    w->wait();
+  }
+  unit.flat_param.impl()->storage->release_memory();
+  unit.state = Unit::State::Released;
+}
+
+std::optional<size_t> FullyShardedDataParallel::neighbour(size_t u, int step) const {
+  std::vector<size_t> layout_order;
+  const std::vector<size_t>* order = &forward_order_;
+  if (forward_order_.empty()) {
+    for (size_t k = 0; k < units_.size(); ++k) layout_order.push_back(k);
+    order = &layout_order;
+  }
+  auto it = std::find(order->begin(), order->end(), u);
+  if (it == order->end()) return std::nullopt;
+  const auto at = std::distance(order->begin(), it) + step;
+  if (at < 0 || at >= std::ssize(*order)) return std::nullopt;
+  return (*order)[size_t(at)];
+}
+
+void FullyShardedDataParallel::pre_forward(size_t u) {
+  ensure_gathered(u);
+  if (autograd::in_backward()) {
+    // A checkpointed block recomputing its forward: backward is at this unit.
+    if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE)
+      if (auto prev = neighbour(u, -1)) gather(*prev);
+    return;
+  }
+  if (std::find(recording_.begin(), recording_.end(), u) == recording_.end()) recording_.push_back(u);
+  if (options_.forward_prefetch)
+    if (auto next = neighbour(u, +1)) gather(*next);
+}
+
+Tensor FullyShardedDataParallel::post_forward(size_t u, const Tensor& out) {
+  if (autograd::in_backward()) return out;  // a recompute inside backward: backward needs the parameters
+  const bool grad = GradMode::is_enabled();
+  // Without grad no backward follows, so even the root frees its parameters.
+  if (!grad || reshards_after_forward(u)) reshard(u);
+  if (grad && out.defined() && out.requires_grad()) return attach_pre_backward(u, out);
+  return out;
+}
+
+// The output passes through a node whose backward runs before any backward of the unit: it
+// gathers the unit again (and prefetches the one backward reaches next).
+Tensor FullyShardedDataParallel::attach_pre_backward(size_t u, const Tensor& out) {
+  std::weak_ptr<FullyShardedDataParallel> weak = weak_from_this();
+  auto node = std::make_shared<autograd::FunctionNode>("FSDPPreBackward", [weak, u](const autograd::Tensors& grads) {
+    if (auto f = weak.lock()) f->pre_backward(u);
+    return grads;
+  });
+  node->next_edges.push_back(autograd::gradient_edge(out));
+  Tensor o = out.detach();
+  TensorImpl* impl = o.impl();
+  impl->grad_fn = node;
+  impl->output_nr = 0;
+  impl->requires_grad = true;
+  node->outputs.push_back({o.shape(), o.dtype(), o.device()});
+  return o;
+}
+
+void FullyShardedDataParallel::pre_backward(size_t u) {
+  if (!pass_active_) begin_pass();
+  ensure_gathered(u);
+  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE)
+    if (auto prev = neighbour(u, -1)) gather(*prev);
 }
 
 void FullyShardedDataParallel::on_gradient_ready(size_t u, size_t i) {
@@ -286,60 +439,71 @@ void FullyShardedDataParallel::launch(size_t u) {
     unit.work = pg_->reduce_scatter(unit.reduced.view({1, layout.shard_numel}), send.view({pg_->size(), layout.shard_numel}), ReduceOp::Avg);
   }
   unit.in_flight = send;
+  if (options_.sharding_strategy != ShardingStrategy::SHARD_OPTIMIZER) unit.flat_grad = Tensor();  // in_flight holds it
   stats_.buckets_reduced++;
   stats_.bytes_reduced += layout.padded_numel * int64_t(dtype_size(rd));
+  reshard(u);  // FULL_SHARD: every gradient of the unit exists, so its backward is over
+  // At most two reductions in flight, so their full-size gradient buffers do not pile up.
+  launched_.push_back(u);
+  while (launched_.size() > 2) {
+    complete(launched_.front());
+    launched_.erase(launched_.begin());
+  }
+}
+
+void FullyShardedDataParallel::complete(size_t u) {
+  NoGradGuard no_grad;
+  Unit& unit = *units_[u];
+  if (std::shared_ptr<Work> w = std::move(unit.work)) w->wait();
+  Tensor reduced = unit.reduced.dtype() == DType::f32 ? unit.reduced : unit.reduced.to(DType::f32);
+  for (size_t i = 0; i < unit.shard_views.size(); ++i) {
+    Tensor& view = unit.shard_views[i];
+    if (view.numel() == 0) continue;
+    Tensor g = reduced.narrow(0, unit.view_offset[i], view.numel());
+    if (view.grad().defined())
+      Tensor(view.grad()).add_(g);
+    else
+      view.set_grad(g);
+  }
+  unit.reduced = Tensor();
+  unit.in_flight = Tensor();
+  if (options_.sharding_strategy == ShardingStrategy::SHARD_OPTIMIZER)
+    unit.flat_grad.zero_();  // the parameters' .grad: zero again, ready to accumulate
+  else
+    unit.flat_grad = Tensor();
 }
 
 void FullyShardedDataParallel::finish_pass() {
   using Clock = std::chrono::steady_clock;
   NoGradGuard no_grad;
   try {
-    // Parameters without a gradient in this pass contribute what they accumulated under
-    // no_sync, or zeros: every rank reduces every unit, whatever its own graph used.
-    for (size_t u = 0; u < units_.size(); ++u) {
-      Unit& unit = *units_[u];
-      for (size_t i = 0; i < unit.ready.size(); ++i) {
-        if (unit.ready[i]) continue;
-        if (layouts_[u].params[i].param.grad().defined()) {
-          on_gradient_ready(u, i);
-          continue;
+    if (sync_) {
+      // Parameters without a gradient in this pass contribute what they accumulated under
+      // no_sync, or zeros: every rank reduces every unit, whatever its own graph used.
+      for (size_t u = 0; u < units_.size(); ++u) {
+        Unit& unit = *units_[u];
+        for (size_t i = 0; i < unit.ready.size(); ++i) {
+          if (unit.ready[i]) continue;
+          if (layouts_[u].params[i].param.grad().defined()) {
+            on_gradient_ready(u, i);
+            continue;
+          }
+          unit.ready[i] = true;
+          if (!unit.flat_grad.defined()) unit.flat_grad = zeros({layouts_[u].padded_numel});
+          --unit.pending;
         }
-        unit.ready[i] = true;
-        if (!unit.flat_grad.defined()) unit.flat_grad = zeros({layouts_[u].padded_numel});
-        --unit.pending;
       }
+      launch_ready_units();
+      const auto wait_start = Clock::now();
+      for (size_t u : launched_) complete(u);
+      launched_.clear();
+      const double exposed = std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count();
+      stats_.steps++;
+      stats_.last_exposed_ms = exposed;
+      stats_.total_exposed_ms += exposed;
+      parameters_stale_ = true;
     }
-    launch_ready_units();
-    const auto wait_start = Clock::now();
-    for (size_t u : launch_order_) {
-      std::shared_ptr<Work> w = std::move(units_[u]->work);
-      if (w) w->wait();
-    }
-    const double exposed = std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count();
-
-    for (size_t u = 0; u < units_.size(); ++u) {
-      Unit& unit = *units_[u];
-      Tensor reduced = unit.reduced.dtype() == DType::f32 ? unit.reduced : unit.reduced.to(DType::f32);
-      for (size_t i = 0; i < unit.shard_views.size(); ++i) {
-        Tensor& view = unit.shard_views[i];
-        if (view.numel() == 0) continue;
-        Tensor g = reduced.narrow(0, unit.view_offset[i], view.numel());
-        if (view.grad().defined())
-          Tensor(view.grad()).add_(g);
-        else
-          view.set_grad(g);
-      }
-      unit.reduced = Tensor();
-      unit.in_flight = Tensor();
-      if (options_.sharding_strategy == ShardingStrategy::SHARD_OPTIMIZER)
-        unit.flat_grad.zero_();  // the parameters' .grad: zero again, ready to accumulate
-      else
-        unit.flat_grad = Tensor();
-    }
-    stats_.steps++;
-    stats_.last_exposed_ms = exposed;
-    stats_.total_exposed_ms += exposed;
-    parameters_stale_ = true;
+    for (size_t u = 0; u < units_.size(); ++u) reshard(u);
   } catch (...) {
     abandon_pass();
     throw;
@@ -355,10 +519,15 @@ void FullyShardedDataParallel::abandon_pass() noexcept {
     } catch (...) {
     }
   }
-  for (auto& u : units_) {
-    u->reduced = Tensor();
-    u->in_flight = Tensor();
-    if (options_.sharding_strategy != ShardingStrategy::SHARD_OPTIMIZER) u->flat_grad = Tensor();
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = *units_[k];
+    u.reduced = Tensor();
+    u.in_flight = Tensor();
+    if (options_.sharding_strategy != ShardingStrategy::SHARD_OPTIMIZER) u.flat_grad = Tensor();
+    try {
+      reshard(k);
+    } catch (...) {
+    }
   }
   reset_pass_state();
 }
@@ -370,11 +539,12 @@ void FullyShardedDataParallel::reset_pass_state() {
     u->work.reset();
   }
   next_launch_ = 0;
+  launched_.clear();
   pass_active_ = false;
 }
 
 void FullyShardedDataParallel::sync_parameters() {
-  if (!parameters_stale_) return;
+  if (full_shard() || !parameters_stale_) return;  // FULL_SHARD gathers per unit, from the shards
   parameters_stale_ = false;
   // Without sharding every rank stepped every element itself.
   if (options_.sharding_strategy == ShardingStrategy::NO_SHARD || pg_->size() == 1) return;
@@ -405,6 +575,33 @@ double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_ty
   const double total = optim::finish_grad_norm(partial, norm_type);
   optim::scale_grads_to_norm(grads, max_norm, total, error_if_nonfinite);
   return total;
+}
+
+FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(FullyShardedDataParallel& f, bool writeback)
+    : f_(&f), writeback_(writeback) {
+  EMBER_CHECK(!f.pass_active_, "sharded data parallel: summon_full_params inside a backward pass");
+  f.sync_parameters();
+  if (!f.full_shard()) return;
+  for (size_t u = 0; u < f.units_.size(); ++u)
+    if (f.units_[u]->state != Unit::State::Gathered) released_.push_back(u);
+  for (size_t u : released_) f.gather(u);
+  for (size_t u : released_) f.ensure_gathered(u);
+}
+
+FullyShardedDataParallel::FullParamsGuard::~FullParamsGuard() {
+  if (!f_ || !f_->full_shard()) return;
+  NoGradGuard no_grad;
+  try {
+    if (writeback_)
+      for (size_t u = 0; u < f_->units_.size(); ++u) {
+        Unit& unit = *f_->units_[u];
+        const int64_t s = f_->layouts_[u].shard_numel;
+        unit.shard.copy_(unit.flat_param.narrow(0, int64_t(f_->pg_->rank()) * s, s));
+      }
+    for (size_t u : released_) f_->reshard(u);
+  } catch (...) {
+    // A destructor must not throw; the units stay gathered and the next pass frees them.
+  }
 }
 
 }  // namespace ember::distributed

@@ -11,14 +11,19 @@
 //     opt.step(); opt.zero_grad();
 //   }
 //
-// Implemented strategies: NO_SHARD, SHARD_OPTIMIZER (stage 1) and SHARD_GRAD_OP (stage 2).
-// Parameters stay replicated and become views into their unit's flat f32 buffer; the optimizer
-// steps this rank's slice of it in place through the shard views, and sync_parameters() (run
-// by a forward pre-hook on the model, and by the Accelerator after each step) all-gathers the
-// other slices. FULL_SHARD (stage 3) is refused with an ember::Error until its
-// per-unit gathering lands.
+// NO_SHARD, SHARD_OPTIMIZER (stage 1) and SHARD_GRAD_OP (stage 2) keep the parameters
+// replicated as views into their unit's flat f32 buffer; the optimizer steps this rank's slice
+// of it in place through the shard views, and sync_parameters() (run by a forward pre-hook on
+// the model, and by the Accelerator after each step) all-gathers the other slices.
+// FULL_SHARD (stage 3) keeps only the f32 shard: each unit's parameters are all-gathered just
+// before its forward (the next unit's gather issued ahead, forward_prefetch), freed after it
+// (reshard_after_forward; never for the root unit), gathered again when backward reaches the
+// unit (the previous unit's gather issued ahead, backward_prefetch) and freed once its
+// gradients are reduce-scattered. Outside forward and backward the parameters hold no memory:
+// read them inside summon_full_params(), or take full_state_dict().
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +85,30 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   // checkpoint): the next forward, or sync_parameters(), gathers them.
   void shards_changed() { parameters_stale_ = true; }
 
+  // While the guard lives every parameter holds its full value (FULL_SHARD gathers them;
+  // the other strategies sync_parameters()). With writeback, what the caller wrote into the
+  // parameters is kept: every rank copies its slice back into its shard, so every rank must
+  // write the same values. Collective on entry.
+  class FullParamsGuard {
+   public:
+    FullParamsGuard(FullyShardedDataParallel& f, bool writeback);
+    ~FullParamsGuard();
+    FullParamsGuard(FullParamsGuard&& o) noexcept : f_(o.f_), writeback_(o.writeback_), released_(std::move(o.released_)) {
+      o.f_ = nullptr;
+    }
+    FullParamsGuard(const FullParamsGuard&) = delete;
+    FullParamsGuard& operator=(const FullParamsGuard&) = delete;
+    FullParamsGuard& operator=(FullParamsGuard&&) = delete;
+
+   private:
+    FullyShardedDataParallel* f_;
+    bool writeback_;
+    std::vector<size_t> released_;  // units to free again on exit
+  };
+  [[nodiscard]] FullParamsGuard summon_full_params(bool writeback = true) { return FullParamsGuard(*this, writeback); }
+  // FULL_SHARD: whether unit u's parameters hold memory now (always true for other strategies).
+  bool unit_gathered(size_t u) const;
+
   // Scales the shard gradients so the norm of the whole (unsharded) gradient is at most
   // max_norm; returns that norm before clipping, the same on every rank. Collective.
   double clip_grad_norm_(double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
@@ -126,10 +155,25 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   void install_hooks();
   std::pair<int64_t, int64_t> owned_range(const UnitLayout& u) const;
 
+  bool full_shard() const { return options_.sharding_strategy == ShardingStrategy::FULL_SHARD; }
+  bool reshards_after_forward(size_t unit) const;
+  // FULL_SHARD gathering: gather issues the unit's all-gather (no-op when it holds memory or one
+  // is in flight), ensure_gathered also waits for it, reshard frees the memory again.
+  void gather(size_t unit);
+  void ensure_gathered(size_t unit);
+  void reshard(size_t unit);
+  // The unit after (step = +1) or before (-1) `unit` in the order the last forward ran them.
+  std::optional<size_t> neighbour(size_t unit, int step) const;
+  void pre_forward(size_t unit);
+  Tensor post_forward(size_t unit, const Tensor& out);
+  Tensor attach_pre_backward(size_t unit, const Tensor& out);
+  void pre_backward(size_t unit);
+
   void on_gradient_ready(size_t unit, size_t param);
   void begin_pass();
   void launch_ready_units();
   void launch(size_t unit);
+  void complete(size_t unit);  // waits for its reduction and adds it to the shard gradients
   void finish_pass();
   void abandon_pass() noexcept;
   void reset_pass_state();
@@ -141,6 +185,9 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<size_t> launch_order_;  // units in reduction order (last layers first)
   std::vector<RemovableHandle> hooks_;
+  std::vector<size_t> forward_order_;  // units in the order the last complete forward ran them
+  std::vector<size_t> recording_;      // ... and the forward running now
+  std::vector<size_t> launched_;       // reductions in flight, oldest first
 
   bool sync_ = true;
   bool pass_active_ = false;

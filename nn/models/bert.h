@@ -27,9 +27,10 @@ class BertPretrainedModel : public PretrainedModel {
   // As transformers': while training with grad on, each encoder layer runs under
   // ember::checkpoint (autograd/checkpoint.h), so backward recomputes its activations instead
   // of keeping them. The same loss and gradients (dropout included), less memory, more compute.
-  void gradient_checkpointing_enable() { bert_encoder().gradient_checkpointing = true; }
-  void gradient_checkpointing_disable() { bert_encoder().gradient_checkpointing = false; }
-  bool is_gradient_checkpointing() const { return bert_encoder().gradient_checkpointing; }
+  bool supports_gradient_checkpointing() const override { return true; }
+  void gradient_checkpointing_enable() override { bert_encoder().gradient_checkpointing = true; }
+  void gradient_checkpointing_disable() override { bert_encoder().gradient_checkpointing = false; }
+  bool is_gradient_checkpointing() const override { return bert_encoder().gradient_checkpointing; }
 
  protected:
   BertPretrainedModel(std::string type_name, const BertConfig& c) : PretrainedModel(std::move(type_name)), config(c) {}

@@ -61,6 +61,11 @@ void write_pretrained(const Module& model, const std::function<JsonConfig()>& co
   if (!options.save_function) save_safetensors(weights_path, weights, {{"format", "pt"}});
 }
 
+void PretrainedModel::gradient_checkpointing_enable() {
+  EMBER_FAIL(type_name(), " does not support gradient checkpointing; wrap its blocks' forward in ember::checkpoint "
+             "(autograd/checkpoint.h)");
+}
+
 void PretrainedModel::save_pretrained(const std::string& dir, const SavePretrainedOptions& options) const {
   write_pretrained(
       *this,

@@ -29,6 +29,13 @@ class PretrainedModel : public Module {
   // config.json and model.safetensors (each tied tensor once) in `dir`, created if needed; see
   // SavePretrainedOptions for data-parallel jobs. Override to write more files.
   virtual void save_pretrained(const std::string& dir, const SavePretrainedOptions& options = {}) const;
+
+  // transformers' gradient-checkpointing switch: while on, backward recomputes each block's
+  // activations instead of keeping them. Models without blocks to recompute raise ember::Error.
+  virtual bool supports_gradient_checkpointing() const { return false; }
+  virtual void gradient_checkpointing_enable();
+  virtual void gradient_checkpointing_disable() {}
+  virtual bool is_gradient_checkpointing() const { return false; }
 };
 
 // The files save_pretrained writes, for any module: `config` (called only on the process that

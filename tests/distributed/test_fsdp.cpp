@@ -1,4 +1,4 @@
-// Sharded data parallel (stages 1 and 2, and NO_SHARD), threads as ranks: the unit layout, and
+// Sharded data parallel (every strategy), threads as ranks: the unit layout, and
 // N ranks at batch b reaching the weights one rank reaches at batch N*b with AdamW, with
 // gradient accumulation and with global-norm clipping.
 #include <cmath>
@@ -90,6 +90,7 @@ void expect_matches_one_rank(int world, const FSDPOptions& options, const Plan& 
     auto model = make_mlp(seed + uint64_t(pg->rank()));  // rank 0's values are broadcast
     auto fsdp = shard_model(model, pg, options);
     norms[size_t(pg->rank())] = train_sharded(*fsdp, plan);
+    auto full = fsdp->summon_full_params(false);  // FULL_SHARD holds shards only
     diffs[size_t(pg->rank())] = max_abs_diff(*model, *reference);
   }));
   for (int r = 0; r < world; ++r) {
@@ -103,7 +104,7 @@ void expect_matches_one_rank(int world, const FSDPOptions& options, const Plan& 
 }
 
 const ShardingStrategy kStrategies[] = {ShardingStrategy::NO_SHARD, ShardingStrategy::SHARD_OPTIMIZER,
-                                        ShardingStrategy::SHARD_GRAD_OP};
+                                        ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::FULL_SHARD};
 
 // Two children that share one weight; the second also has a bias of its own.
 class Holder : public nn::Module {
@@ -188,7 +189,6 @@ TEST(FSDPLayout, RefusesWhatItCannotShard) {
   EXPECT_EMBER_ERROR(parse_sharding_strategy("ZERO"), "unknown sharding strategy 'ZERO'");
   EXPECT_EQ(parse_sharding_strategy("shard_grad_op"), ShardingStrategy::SHARD_GRAD_OP);
   expect_no_errors(run_ranks(1, [](std::shared_ptr<ProcessGroup> pg) {
-    EXPECT_EMBER_ERROR(shard_model(make_mlp(3), pg, options_for(ShardingStrategy::FULL_SHARD)), "FULL_SHARD");
     FSDPOptions bf16 = options_for(ShardingStrategy::SHARD_GRAD_OP);
     bf16.mixed_precision.param_dtype = DType::bf16;
     EXPECT_EMBER_ERROR(shard_model(make_mlp(3), pg, bf16), "autocast");
@@ -253,13 +253,14 @@ TEST(FSDP, Bf16ReductionsStayCloseToOneRank) {
 
 TEST(FSDP, ShardGradOpKeepsOnlyTheShardGradient) {
   expect_no_errors(run_ranks(2, [&](std::shared_ptr<ProcessGroup> pg) {
-    for (ShardingStrategy s : {ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::SHARD_OPTIMIZER}) {
+    for (ShardingStrategy s : {ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::SHARD_OPTIMIZER,
+                               ShardingStrategy::FULL_SHARD}) {
       auto model = make_mlp(70);
       auto fsdp = shard_model(model, pg, options_for(s));
       auto [x, y] = batch_rows(0, 4, 2 * pg->rank(), 2);
       nn::functional::mse_loss(model->forward(x), y).backward();
       for (auto& [name, p] : model->named_parameters()) {
-        if (s == ShardingStrategy::SHARD_GRAD_OP) {
+        if (s != ShardingStrategy::SHARD_OPTIMIZER) {
           EXPECT_FALSE(p.grad().defined()) << name;
         } else {
           // Stage 1 keeps the full gradient buffer, zeroed once its shard was taken.

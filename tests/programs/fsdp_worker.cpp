@@ -5,9 +5,13 @@
 //   train   every implemented strategy trains 4 AdamW steps and must match one process on the
 //           concatenated batches within 1e-5; prints "<STRATEGY> ok" for each.
 //   memory  per strategy, the bytes live right after an optimizer step (Ember's allocator
-//           counters) must be within 10% of the stage's formula; prints "<STRATEGY> memory ok".
-//   kill    rank world-1 exits before its second backward; the others must get an ember::Error
-//           naming that rank; prints "error: ..." and exits 0.
+//           counters) must be within 10% of the stage's formula, and under FULL_SHARD the peak
+//           within it plus the gathered units and their full-size gradients in flight; prints
+//           "<STRATEGY> memory ok".
+//   kill    rank world-1 exits before its second backward (SHARD_GRAD_OP: the survivors are in
+//           a reduce-scatter) or, as kill_gather, before its second forward (FULL_SHARD: in an
+//           all-gather); the others must get an ember::Error naming that rank; prints
+//           "error: ..." and exits 0.
 // Exit status 0 when the mode's expectation held.
 #include <chrono>
 #include <cmath>
@@ -31,7 +35,7 @@ namespace {
 
 constexpr optim::AdamWOptions kAdamW{.lr = 0.02, .weight_decay = 0.01};
 const ShardingStrategy kStrategies[] = {ShardingStrategy::NO_SHARD, ShardingStrategy::SHARD_OPTIMIZER,
-                                        ShardingStrategy::SHARD_GRAD_OP};
+                                        ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::FULL_SHARD};
 
 FSDPOptions options_for(ShardingStrategy s) {
   FSDPOptions o;
@@ -66,7 +70,7 @@ bool check_training(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s,
     opt.step();
     opt.zero_grad();
   }
-  fsdp->sync_parameters();
+  auto full = fsdp->summon_full_params(false);
   const double diff = max_abs_diff(*model, *reference);
   const bool ok = diff <= 1e-5 && max_abs_diff(*reference, *make_mlp(seed)) > 1e-3;
   std::printf("rank %d %s: max abs diff %.3g\n", rank, sharding_strategy_name(s), diff);
@@ -96,6 +100,7 @@ bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
   auto fsdp = shard_model(model, pg, options_for(s));
   optim::AdamW opt(fsdp->parameters(), kAdamW);
   double after_step = 0;
+  alloc.reset_peak();
   for (int k = 0; k < 2; ++k) {
     fsdp->sync_parameters();
     Tensor x = uniform_tensor(100 + uint64_t(k), {2, 256});
@@ -110,10 +115,21 @@ bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
     case ShardingStrategy::NO_SHARD: expected = 4 * psi + 4 * psi + 8 * psi; break;
     case ShardingStrategy::SHARD_OPTIMIZER: expected = 4 * psi + 4 * psi + 4 * psi / n + 8 * psi / n; break;
     case ShardingStrategy::SHARD_GRAD_OP: expected = 4 * psi + 4 * psi / n + 8 * psi / n; break;
-    case ShardingStrategy::FULL_SHARD: break;
+    case ShardingStrategy::FULL_SHARD: expected = 16 * psi / n; break;
   }
   const double ratio = after_step / expected;
-  const bool ok = std::abs(ratio - 1.0) <= 0.10;
+  bool ok = std::abs(ratio - 1.0) <= 0.10;
+  if (s == ShardingStrategy::FULL_SHARD) {
+    // At the peak, beside the shards: two gathered units (the running one and the prefetched
+    // one) and the full-size gradients of the two reductions in flight, each with the copy
+    // the engine accumulated; the batch's activations are small here.
+    const double unit = 4.0 * double(model->layers[0]->num_parameters());
+    const double bound = 1.1 * expected + 2 * unit + 4 * unit + 0.1 * unit;
+    const double peak = double(alloc.stats().peak_requested_bytes);
+    std::printf("rank %d FULL_SHARD: peak %.0f bytes, bound %.0f (shards %.0f + 6 units of %.0f)\n", pg->rank(), peak,
+                bound, expected, unit);
+    ok = ok && peak <= bound;
+  }
   std::printf("rank %d %s: %.0f bytes live after the step, formula %.0f (ratio %.3f), peak %lld\n", pg->rank(),
               sharding_strategy_name(s), after_step, expected, ratio,
               static_cast<long long>(alloc.stats().peak_requested_bytes));
@@ -125,12 +141,13 @@ bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: fsdp_worker <train|memory|kill> <rank> <world> <port>\n");
+    std::fprintf(stderr, "usage: fsdp_worker <train|memory|kill|kill_gather> <rank> <world> <port>\n");
     return 2;
   }
   const std::string mode = argv[1];
   const int rank = std::atoi(argv[2]), world = std::atoi(argv[3]), port = std::atoi(argv[4]);
-  const auto timeout = std::chrono::seconds(mode == "kill" ? 5 : 30);
+  const bool kill = mode == "kill" || mode == "kill_gather";
+  const auto timeout = std::chrono::seconds(kill ? 5 : 30);
   try {
     auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank == 0, timeout);
     ProcessGroupOptions opt;
@@ -142,19 +159,28 @@ int main(int argc, char** argv) {
       for (ShardingStrategy s : kStrategies) ok = check_training(pg, s, seed++) && ok;
     } else if (mode == "memory") {
       for (ShardingStrategy s : kStrategies) ok = check_memory(pg, s) && ok;
-    } else if (mode == "kill") {
+    } else if (mode == "kill" || mode == "kill_gather") {
+      const bool in_gather = mode == "kill_gather";
       auto model = make_mlp(5);
-      auto fsdp = shard_model(model, pg, options_for(ShardingStrategy::SHARD_GRAD_OP));
+      auto fsdp = shard_model(model, pg, options_for(in_gather ? ShardingStrategy::FULL_SHARD : ShardingStrategy::SHARD_GRAD_OP));
       optim::AdamW opt2(fsdp->parameters(), kAdamW);
       try {
         for (int k = 0; k < 3; ++k) {
-          if (k == 1 && rank == world - 1) {
-            std::printf("rank %d exits before its second backward\n", rank);
+          const bool leaves = k == 1 && rank == world - 1;
+          if (leaves && in_gather) {
+            std::printf("rank %d exits before its second forward\n", rank);
             std::fflush(stdout);
             std::_Exit(3);
           }
           fsdp->sync_parameters();
-          step_once(*model, k, 2 * world, 2 * rank, 2);
+          auto [x, y] = batch_rows(k, 2 * world, 2 * rank, 2);
+          Tensor loss = nn::functional::mse_loss(model->forward(x), y);
+          if (leaves) {
+            std::printf("rank %d exits before its second backward\n", rank);
+            std::fflush(stdout);
+            std::_Exit(3);
+          }
+          loss.backward();
           opt2.step();
           opt2.zero_grad();
         }

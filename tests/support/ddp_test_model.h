@@ -26,10 +26,11 @@ class Mlp : public nn::Module {
     if (with_buffer) register_buffer("running", zeros({hidden}));
   }
   Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();  // runs the wrappers' hooks, as every Ember module's forward does
     Tensor h = relu(fc2->forward(relu(fc1->forward(x))));
     Tensor y = fc3->forward(h);
     if (use_extra) y = y + extra->forward(h);
-    return y;
+    return scope.exit(y);
   }
   std::shared_ptr<nn::Linear> fc1, fc2, fc3, extra;
   bool use_extra = false;
