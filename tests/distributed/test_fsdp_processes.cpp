@@ -1,5 +1,6 @@
 // Sharded data parallel over real processes (fsdp_worker over a TcpStore): equivalence to one
-// process at 2 and 4 ranks, the per-stage memory formula, and a rank lost mid-training.
+// process at 2 and 4 ranks (an MLP) and at 2, 3 and 4 (BERT-mini), the per-stage memory
+// formula, FULL_SHARD under a memory cap that replication exceeds, and a rank lost mid-training.
 #include <gtest/gtest.h>
 
 #include "process_test_util.h"
@@ -30,6 +31,27 @@ TEST(FSDPProcesses, LiveBytesAfterAStepFollowEachStagesFormula) {
     for (const char* s : {"NO_SHARD memory ok", "SHARD_OPTIMIZER memory ok", "SHARD_GRAD_OP memory ok",
                           "FULL_SHARD memory ok"})
       EXPECT_TRUE(contains(log, s)) << s << " missing, rank " << r << ":\n" << log;
+  }
+}
+
+TEST(FSDPProcesses, BertMiniOnTwoThreeAndFourProcessesMatchesOneProcess) {
+  for (int world : {2, 3, 4}) {
+    auto ranks = run_rank_processes("fsdp_worker", "bert", world, std::chrono::seconds(300));
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const std::string log = ranks[r].take_log();
+      EXPECT_TRUE(ranks[r].exited_ok()) << "world " << world << " rank " << r << ":\n" << log;
+      for (const char* s : {"NO_SHARD bert ok", "SHARD_OPTIMIZER bert ok", "SHARD_GRAD_OP bert ok", "FULL_SHARD bert ok"})
+        EXPECT_TRUE(contains(log, s)) << s << " missing, world " << world << " rank " << r << ":\n" << log;
+    }
+  }
+}
+
+TEST(FSDPProcesses, FullShardTrainsUnderAMemoryCapReplicationExceeds) {
+  auto ranks = run_rank_processes("fsdp_worker", "cap", 4, std::chrono::seconds(120));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string log = ranks[r].take_log();
+    EXPECT_TRUE(ranks[r].exited_ok()) << "rank " << r << ":\n" << log;
+    EXPECT_TRUE(contains(log, "memory cap ok")) << "rank " << r << ":\n" << log;
   }
 }
 

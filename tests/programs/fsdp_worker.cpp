@@ -12,6 +12,10 @@
 //           a reduce-scatter) or, as kill_gather, before its second forward (FULL_SHARD: in an
 //           all-gather); the others must get an ember::Error naming that rank; prints
 //           "error: ..." and exits 0.
+//   bert    BERT-mini, 20 steps with accumulation and clipping, each strategy within 1e-4 of one
+//           process; prints "<STRATEGY> bert ok" (fsdp_bert_checks.h).
+//   cap     under a per-process memory cap NO_SHARD runs out of memory and FULL_SHARD trains;
+//           prints "memory cap ok" (fsdp_bert_checks.h).
 // Exit status 0 when the mode's expectation held.
 #include <chrono>
 #include <cmath>
@@ -25,6 +29,7 @@
 #include "distributed/fsdp.h"
 #include "distributed/process_group_gloo.h"
 #include "distributed/tcp_store.h"
+#include "fsdp_bert_checks.h"
 #include "optim/sgd_adam.h"
 
 using namespace ember;
@@ -141,7 +146,7 @@ bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: fsdp_worker <train|memory|kill|kill_gather> <rank> <world> <port>\n");
+    std::fprintf(stderr, "usage: fsdp_worker <train|memory|kill|kill_gather|bert|cap> <rank> <world> <port>\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -157,6 +162,11 @@ int main(int argc, char** argv) {
     if (mode == "train") {
       uint64_t seed = 300;
       for (ShardingStrategy s : kStrategies) ok = check_training(pg, s, seed++) && ok;
+    } else if (mode == "bert") {
+      const auto reference = fsdp_checks::bert_reference(world);
+      for (ShardingStrategy s : kStrategies) ok = fsdp_checks::check_bert(pg, s, reference) && ok;
+    } else if (mode == "cap") {
+      ok = fsdp_checks::check_memory_cap(pg);
     } else if (mode == "memory") {
       for (ShardingStrategy s : kStrategies) ok = check_memory(pg, s) && ok;
     } else if (mode == "kill" || mode == "kill_gather") {
