@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "autograd/engine.h"

@@ -11,6 +11,7 @@
 //   fail with the allocator's out-of-memory error, FULL_SHARD must train and match the weights
 //   one process reaches without a cap.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
