@@ -126,12 +126,14 @@ bool check_memory(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s) {
   bool ok = std::abs(ratio - 1.0) <= 0.10;
   if (s == ShardingStrategy::FULL_SHARD) {
     // At the peak, beside the shards: two gathered units (the running one and the prefetched
-    // one) and the full-size gradients of the two reductions in flight, each with the copy
-    // the engine accumulated; the batch's activations are small here.
+    // one), the full-size gradients of the two reductions in flight, each with the copy the
+    // engine accumulated, and the full-size copy Gloo's reduce-scatter reduces in (it exists
+    // only while the communication thread runs, so whether it meets the peak depends on timing).
+    // The batch's activations are small here.
     const double unit = 4.0 * double(model->layers[0]->num_parameters());
-    const double bound = 1.1 * expected + 2 * unit + 4 * unit + 0.1 * unit;
+    const double bound = 1.1 * expected + 2 * unit + 4 * unit + unit + 0.1 * unit;
     const double peak = double(alloc.stats().peak_requested_bytes);
-    std::printf("rank %d FULL_SHARD: peak %.0f bytes, bound %.0f (shards %.0f + 6 units of %.0f)\n", pg->rank(), peak,
+    std::printf("rank %d FULL_SHARD: peak %.0f bytes, bound %.0f (shards %.0f + 7 units of %.0f)\n", pg->rank(), peak,
                 bound, expected, unit);
     ok = ok && peak <= bound;
   }
