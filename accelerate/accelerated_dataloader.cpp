@@ -56,8 +56,8 @@ void AcceleratedDataLoader::skip_first_batches(int64_t n) {
 LoaderPosition AcceleratedDataLoader::state() const {
   const data::Sampler& sampler = shard_.sampler();
   const std::optional<uint64_t> seed = sampler.seed_was_drawn() ? sampler.seed() : std::nullopt;
-  if (position_ >= size()) return {epoch_ + 1, 0, seed};
-  return {epoch_, position_, seed};
+  if (position_ >= size()) return {epoch_ + 1, 0, seed, total_batch_size()};
+  return {epoch_, position_, seed, total_batch_size()};
 }
 
 void AcceleratedDataLoader::validate_state(const LoaderPosition& p) const {

@@ -31,6 +31,9 @@ struct LoaderPosition {
   int64_t epoch = 0;
   int64_t position = 0;
   std::optional<uint64_t> seed = std::nullopt;
+  // The global batch the position counts in (0: unknown), so a job with another number of
+  // processes resumes after the same samples.
+  int64_t total_batch_size = 0;
 };
 
 class AcceleratedDataLoader {

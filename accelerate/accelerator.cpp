@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <optional>
 
+#include "accelerate/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
@@ -446,6 +448,9 @@ void Accelerator::on_main_process(const std::string& what, const std::function<v
 }
 
 void Accelerator::save_model(const nn::Module& model, const std::string& dir) {
+  // A sharded model is gathered whole on every process while the main process writes it.
+  std::optional<FullyShardedDataParallel::FullParamsGuard> whole;
+  if (auto f = fsdp(model)) whole.emplace(f->summon_full_params(false));
   on_main_process("save_model", [&] {
     fs::create_directories(dir);
     // A model that knows its Hugging Face config saves itself (config.json + weights).
@@ -495,19 +500,27 @@ std::string Accelerator::save_state(const std::string& dir) {
                 "; load_state() to continue that run, or choose the next number with set_save_iteration()");
   }
   std::vector<std::shared_ptr<nn::Module>> models = models_;
-  std::vector<nn::StateDict> weights;
-  for (const auto& m : models) weights.push_back(m->state_dict());
-  for (auto& [id, hook] : *save_hooks_) hook(models, weights, out);
-
+  // A sharded model has no whole state on any process: it is saved in pieces, every process its
+  // own (sharded_checkpoint.h), and its hooks see an empty state.
   CheckpointPayload payload;
+  std::vector<nn::StateDict> weights;
+  for (size_t i = 0; i < models.size(); ++i) {
+    const bool pieces = saves_in_pieces(fsdps_[i].get());
+    weights.push_back(pieces ? nn::StateDict{} : models[i]->state_dict());
+    payload.sharded_models.push_back(pieces);
+    payload.model_pieces.push_back(pieces ? std::optional(model_pieces(*fsdps_[i], is_main_process())) : std::nullopt);
+  }
+  for (auto& [id, hook] : *save_hooks_) hook(models, weights, out);
   if (is_main_process()) payload.models = std::move(weights);
   // Under sharding each process's optimizer holds its own shards' state: every process saves it.
-  const bool sharded = std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) {
-    return f && f->options().sharding_strategy != ShardingStrategy::NO_SHARD;
-  });
+  const bool sharded = std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return saves_in_pieces(f.get()); });
   for (const auto& o : optimizers_) {
-    payload.optimizers.push_back(detail::to_object_state(o->state_dict()));
+    optim::OptimizerStateDict sd = o->state_dict();
     payload.sharded_optimizers.push_back(sharded);
+    payload.optimizer_pieces.push_back(
+        sharded ? std::optional(optimizer_pieces(sd, optimizer_slots(o->optimizer(), fsdps_))) : std::nullopt);
+    if (sharded) sd.tensors.clear();  // they are in the pieces
+    payload.optimizers.push_back(detail::to_object_state(std::move(sd)));
   }
   for (const auto& s : schedulers_) payload.schedulers.push_back(detail::to_object_state(s->state_dict()));
   for (const auto& c : custom_) payload.custom.push_back(c->state_dict());
@@ -548,6 +561,8 @@ std::string Accelerator::load_state(const std::string& dir) {
   for (const auto& l : dataloaders_) targets.dataloaders.push_back(l.get());
   targets.scaler = scaler_.get();
   targets.scaler_options = options_.scaler;
+  for (const auto& f : fsdps_) targets.model_shardings.push_back(f.get());
+  for (const auto& o : optimizers_) targets.optimizer_slots.push_back(optimizer_slots(o->optimizer(), fsdps_));
   // Two phases: every file of the checkpoint is read and checked on every process, and only
   // when all of them accepted does anything change.
   const CheckpointPayload saved = read_and_validate_checkpoint(in, targets, *state_);

@@ -18,6 +18,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "distributed/operations.h"
+#include "accelerate/sharded_checkpoint.h"
+#include "distributed/sharded_state.h"
 #include "nn/io/atomic_file.h"
 #include "nn/io/safetensors.h"
 
@@ -27,16 +29,8 @@ namespace ember::distributed {
 
 namespace {
 
-constexpr const char* kStateFile = "accelerator_state.json";
+constexpr const char* kStateFile = kAcceleratorStateFileName;
 constexpr const char* kFormat = "ember-accelerate-1";
-constexpr const char* kScalarPrefix = "scalar.";
-
-std::string format_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 std::string rng_file_name(int rank) { return "random_states_" + std::to_string(rank) + ".json"; }
 
 // Strips a trailing separator so that the parent and the name are the directory's own.
@@ -59,7 +53,7 @@ void sync_directory(const fs::path& dir) {
 
 void save_object_state(const std::string& path, const ObjectState& s) {
   std::map<std::string, std::string> metadata{{"format", "ember"}};
-  for (const auto& [k, v] : s.scalars) metadata[kScalarPrefix + k] = format_double(v);
+  put_scalars(metadata, s.scalars);
   nn::save_safetensors(path, s.tensors, metadata);
 }
 
@@ -68,15 +62,7 @@ ObjectState load_object_state(const std::string& path) {
   nn::SafetensorsFile f = nn::load_safetensors_with_metadata(path);
   ObjectState s;
   s.tensors = std::move(f.tensors);
-  const std::string prefix = kScalarPrefix;
-  for (const auto& [k, v] : f.metadata) {
-    if (k.rfind(prefix, 0) != 0) continue;
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    EMBER_CHECK(end && *end == '\0' && !v.empty(), "load_state: ", path, " holds a malformed number '", v,
-                "' for '", k.substr(prefix.size()), "'");
-    s.scalars[k.substr(prefix.size())] = x;
-  }
+  s.scalars = scalars_from_metadata(f.metadata, path);
   return s;
 }
 
@@ -135,15 +121,6 @@ namespace {
 
 bool is_sharded(const std::vector<bool>& flags, size_t i) { return i < flags.size() && flags[i]; }
 
-// One process's file of a sharded object: optimizer.shard-00001-of-00004.safetensors.
-std::string shard_file_name(const std::string& kind, size_t index, int rank, int world) {
-  std::string base = checkpoint_file_name(kind, index);
-  base.resize(base.size() - std::string(".safetensors").size());
-  char tail[64];
-  std::snprintf(tail, sizeof tail, ".shard-%05d-of-%05d.safetensors", rank, world);
-  return base + tail;
-}
-
 // Writes every file into `staging`, then makes it the checkpoint `target` (see the header).
 void write_staged_checkpoint(const CheckpointPayload& payload, const AcceleratorState& state, const fs::path& target,
                              const fs::path& parent, const fs::path& staging, const fs::path& previous) {
@@ -161,13 +138,18 @@ void write_staged_checkpoint(const CheckpointPayload& payload, const Accelerator
                           {"seed", payload.rng.seed},
                           {"offset", payload.rng.offset}};
     nn::write_file_atomically(s + rng_file_name(state.process_index()), rng.dump(2) + "\n");
-    for (size_t i = 0; i < payload.optimizers.size(); ++i)
-      if (is_sharded(payload.sharded_optimizers, i))
-        save_object_state(s + shard_file_name("optimizer", i, state.process_index(), state.num_processes()),
-                          payload.optimizers[i]);
+    const int rank = state.process_index(), world = state.num_processes();
+    for (size_t i = 0; i < payload.model_pieces.size(); ++i)
+      if (payload.model_pieces[i])
+        save_shard_file(s + shard_file_name("model", i, rank, world), *payload.model_pieces[i], {});
+    for (size_t i = 0; i < payload.optimizer_pieces.size(); ++i)
+      if (payload.optimizer_pieces[i])
+        save_shard_file(s + shard_file_name("optimizer", i, rank, world), *payload.optimizer_pieces[i],
+                        payload.optimizers[i].scalars);
     if (!main) return;
     for (size_t i = 0; i < payload.models.size(); ++i)
-      nn::save_safetensors(s + checkpoint_file_name("model", i), payload.models[i], {{"format", "pt"}});
+      if (!is_sharded(payload.sharded_models, i))
+        nn::save_safetensors(s + checkpoint_file_name("model", i), payload.models[i], {{"format", "pt"}});
     for (size_t i = 0; i < payload.optimizers.size(); ++i)
       if (!is_sharded(payload.sharded_optimizers, i))
         save_object_state(s + checkpoint_file_name("optimizer", i), payload.optimizers[i]);
@@ -179,12 +161,14 @@ void write_staged_checkpoint(const CheckpointPayload& payload, const Accelerator
     nlohmann::json loaders = nlohmann::json::array();
     for (const auto& p : payload.dataloaders) {
       nlohmann::json entry = {{"epoch", p.epoch}, {"position", p.position}};
+      if (p.total_batch_size > 0) entry["total_batch_size"] = p.total_batch_size;
       if (p.seed) entry["seed"] = *p.seed;  // a shuffle seed drawn from the generator
       loaders.push_back(entry);
     }
     nlohmann::json meta = {{"format", kFormat},
                            {"num_processes", state.num_processes()},
                            {"models", payload.models.size()},
+                           {"sharded_models", payload.sharded_models},
                            {"optimizers", payload.optimizers.size()},
                            {"sharded_optimizers", payload.sharded_optimizers},
                            {"schedulers", payload.schedulers.size()},
@@ -311,34 +295,51 @@ CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::js
   EMBER_CHECK(meta.value("format", std::string()) == kFormat, "load_state: ", meta_file, " has format '",
               meta.value("format", std::string()), "', expected '", kFormat, "'");
   const int64_t saved_world = json_count(meta, "num_processes", meta_file, "num_processes");
-  EMBER_CHECK(saved_world == state.num_processes(), "load_state: '", root.string(), "' was saved by ", saved_world,
-              " process", saved_world == 1 ? "" : "es", " but this job has ", state.num_processes(), " process",
-              state.num_processes() == 1 ? "" : "es", "; resume with the same number of processes");
+  EMBER_CHECK(saved_world >= 1 && saved_world <= (int64_t(1) << 20), "load_state: ", meta_file, ": 'num_processes' is ",
+              saved_world);
+  out.saved_world = int(saved_world);
   const int rng_files = count_rng_files(root);
+  // On another world size, a process the saving job did not have keeps its generator.
+  out.has_rng = state.process_index() < saved_world;
   const std::string rng_file = s + rng_file_name(state.process_index());
-  EMBER_CHECK(fs::exists(rng_file), "load_state: ", rng_file, " is missing (every process that saved the checkpoint",
-              " writes its random_states_<rank>.json)");
+  EMBER_CHECK(!out.has_rng || fs::exists(rng_file), "load_state: ", rng_file,
+              " is missing (every process that saved the checkpoint writes its random_states_<rank>.json)");
   EMBER_CHECK(rng_files == saved_world, "load_state: '", root.string(), "' holds ", rng_files,
               " random_states_<rank>.json files but was saved by ", saved_world, " process",
               saved_world == 1 ? "" : "es");
 
+  // Checkpoints from before sharded data parallel have no "sharded_models" / "sharded_optimizers".
+  auto flags_of = [&](const char* key) {
+    std::vector<bool> out_flags;
+    if (!meta.contains(key)) return out_flags;
+    const nlohmann::json& flags = meta.at(key);
+    EMBER_CHECK(flags.is_array() && std::all_of(flags.begin(), flags.end(), [](const auto& f) { return f.is_boolean(); }),
+                "load_state: ", meta_file, ": '", key, "' is ", flags.dump(), ", expected a list of true/false");
+    for (const auto& f : flags) out_flags.push_back(f.get<bool>());
+    return out_flags;
+  };
+  out.sharded_models = flags_of("sharded_models");
+  out.sharded_optimizers = flags_of("sharded_optimizers");
   for (int64_t i = 0; i < json_count(meta, "models", meta_file, "models"); ++i) {
+    const bool sharded = is_sharded(out.sharded_models, size_t(i));
+    out.saved_model_pieces.push_back(std::nullopt);
+    out.models.emplace_back();
+    if (sharded) {
+      out.saved_model_pieces.back() = open_saved_object(root.string(), "model", size_t(i), true, int(saved_world));
+      continue;
+    }
     const std::string file = s + checkpoint_file_name("model", size_t(i));
     EMBER_CHECK(fs::exists(file), "load_state: ", file, " is missing");
-    out.models.push_back(nn::load_safetensors(file));
-  }
-  // Checkpoints from before sharded data parallel have no "sharded_optimizers": none is.
-  if (meta.contains("sharded_optimizers")) {
-    const nlohmann::json& flags = meta.at("sharded_optimizers");
-    EMBER_CHECK(flags.is_array() && std::all_of(flags.begin(), flags.end(), [](const auto& f) { return f.is_boolean(); }),
-                "load_state: ", meta_file, ": 'sharded_optimizers' is ", flags.dump(), ", expected a list of true/false");
-    for (const auto& f : flags) out.sharded_optimizers.push_back(f.get<bool>());
+    out.models.back() = nn::load_safetensors(file);
   }
   for (int64_t i = 0; i < json_count(meta, "optimizers", meta_file, "optimizers"); ++i) {
     const bool sharded = is_sharded(out.sharded_optimizers, size_t(i));
-    out.optimizers.push_back(load_object_state(
-        s + (sharded ? shard_file_name("optimizer", size_t(i), state.process_index(), state.num_processes())
-                     : checkpoint_file_name("optimizer", size_t(i)))));
+    out.saved_optimizer_pieces.push_back(std::nullopt);
+    out.optimizers.emplace_back();
+    if (sharded)
+      out.saved_optimizer_pieces.back() = open_saved_object(root.string(), "optimizer", size_t(i), true, int(saved_world));
+    else
+      out.optimizers.back() = load_object_state(s + checkpoint_file_name("optimizer", size_t(i)));
   }
   for (int64_t i = 0; i < json_count(meta, "schedulers", meta_file, "schedulers"); ++i)
     out.schedulers.push_back(load_object_state(s + checkpoint_file_name("scheduler", size_t(i))));
@@ -358,11 +359,14 @@ CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::js
     LoaderPosition pos{json_count(p, "epoch", meta_file, field + ".epoch"),
                        json_count(p, "position", meta_file, field + ".position")};
     if (p.contains("seed")) pos.seed = json_unsigned(p, "seed", meta_file, field + ".seed");
+    if (p.contains("total_batch_size"))
+      pos.total_batch_size = json_count(p, "total_batch_size", meta_file, field + ".total_batch_size");
     out.dataloaders.push_back(pos);
   }
   out.accumulation_step = json_count(meta, "accumulation_step", meta_file, "accumulation_step");
   out.save_iteration = json_count(meta, "save_iteration", meta_file, "save_iteration");
 
+  if (!out.has_rng) return out;
   const nlohmann::json rng = read_json(rng_file);
   if (rng.is_object() && rng.contains("rank"))
     EMBER_CHECK(rng.at("rank").is_number_integer() && rng.at("rank").get<int64_t>() == state.process_index(),
@@ -393,10 +397,8 @@ void in_file(const std::string& file, const std::function<void()>& fn) {
   }
 }
 
-// Checks `saved` against `targets`; raises naming the file and the field, changes nothing.
-void validate_payload(const CheckpointPayload& saved, const CheckpointTargets& t) {
-  const std::string prefix = saved.source + "/";
-  const std::string meta_file = prefix + kStateFile;
+void check_counts(const CheckpointPayload& saved, const CheckpointTargets& t) {
+  const std::string meta_file = saved.source + "/" + kStateFile;
   auto count_check = [&](const char* what, size_t have, size_t prepared) {
     EMBER_CHECK(have == prepared, "load_state: '", saved.source, "' holds ", have, " ", what, " but ", prepared,
                 " were prepared (or registered) in this program (", meta_file, ")");
@@ -406,8 +408,71 @@ void validate_payload(const CheckpointPayload& saved, const CheckpointTargets& t
   count_check("schedulers", saved.schedulers.size(), t.schedulers.size());
   count_check("registered objects", saved.custom.size(), t.custom.size());
   count_check("data loaders", saved.dataloaders.size(), t.dataloaders.size());
+}
+
+FullyShardedDataParallel* sharding_of(const CheckpointTargets& t, size_t model) {
+  FullyShardedDataParallel* f = model < t.model_shardings.size() ? t.model_shardings[model] : nullptr;
+  return saves_in_pieces(f) ? f : nullptr;
+}
+
+// Turns what was saved into what this process loads, whatever the split on either side: a
+// sharded model gets its pieces, any other model its whole tensors; an optimizer the state of
+// its parameters' slots. Also carries loader positions across a change of the global batch.
+void resolve_pieces(CheckpointPayload& saved, const CheckpointTargets& t, const AcceleratorState& state) {
+  const std::string prefix = saved.source + "/";
+  saved.model_pieces.assign(saved.models.size(), std::nullopt);
+  for (size_t i = 0; i < saved.models.size(); ++i) {
+    const std::optional<PieceReader>& pieces = saved.saved_model_pieces[i];
+    if (FullyShardedDataParallel* f = sharding_of(t, i)) {
+      const PieceReader whole =
+          pieces ? *pieces : PieceReader::from_tensors(saved.models[i], {}, prefix + checkpoint_file_name("model", i));
+      saved.model_pieces[i] = assemble_model_pieces(pieces ? *pieces : whole, *f);
+      saved.models[i].clear();
+    } else if (pieces) {
+      saved.models[i] = assemble_whole_model(*pieces);
+    }
+  }
+  for (size_t i = 0; i < saved.optimizers.size(); ++i) {
+    const std::vector<StateSlot> slots =
+        i < t.optimizer_slots.size() ? t.optimizer_slots[i] : optimizer_slots(*t.optimizers[i], {});
+    const bool split = std::any_of(slots.begin(), slots.end(), [](const StateSlot& s) { return s.local != s.shape; });
+    if (const std::optional<PieceReader>& pieces = saved.saved_optimizer_pieces[i]) {
+      saved.optimizers[i] = assemble_optimizer_state(*pieces, slots);
+    } else if (split) {
+      const PieceReader whole = PieceReader::from_tensors(saved.optimizers[i].tensors, saved.optimizers[i].scalars,
+                                                          prefix + checkpoint_file_name("optimizer", i));
+      saved.optimizers[i] = assemble_optimizer_state(whole, slots);
+    }
+  }
+  // A position counts batches of the global batch it was saved with: under another one (another
+  // number of processes) the loader resumes after as many samples, rounded down.
+  for (size_t i = 0; i < saved.dataloaders.size(); ++i) {
+    LoaderPosition& p = saved.dataloaders[i];
+    const int64_t now = t.dataloaders[i]->total_batch_size();
+    if (p.total_batch_size <= 0 || p.total_batch_size == now || now <= 0) continue;
+    const int64_t samples = p.position * p.total_batch_size;
+    if (state.is_main_process())
+      std::printf("load_state: data loader %zu was saved with a global batch of %lld and now has %lld: it resumes after "
+                  "%lld of the %lld samples it had seen\n",
+                  i, (long long)p.total_batch_size, (long long)now, (long long)(samples / now * now), (long long)samples);
+    p.position = samples / now;
+    p.total_batch_size = now;
+  }
+  const int now = state.num_processes(), then = saved.saved_world;
+  if (then != now && state.is_main_process())
+    std::printf("load_state: '%s' was saved by %d process%s and is loaded by %d: %s\n", saved.source.c_str(), then,
+                then == 1 ? "" : "es", now,
+                now > then ? ("processes " + std::to_string(then) + " and above keep their random generators").c_str()
+                           : ("the random generators of processes " + std::to_string(now) + " and above are not used").c_str());
+}
+
+// Checks `saved` against `targets`; raises naming the file and the field, changes nothing.
+void validate_payload(const CheckpointPayload& saved, const CheckpointTargets& t) {
+  const std::string prefix = saved.source + "/";
+  const std::string meta_file = prefix + kStateFile;
   for (size_t i = 0; i < t.models.size(); ++i)
-    check_model_state(prefix + checkpoint_file_name("model", i), *t.models[i], saved.models[i]);
+    if (!saved.model_pieces[i])  // pieces were checked as they were assembled
+      check_model_state(prefix + checkpoint_file_name("model", i), *t.models[i], saved.models[i]);
   for (size_t i = 0; i < t.optimizers.size(); ++i)
     in_file(prefix + checkpoint_file_name("optimizer", i), [&] {
       t.optimizers[i]->validate_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
@@ -454,6 +519,8 @@ CheckpointPayload read_and_validate_checkpoint(const std::string& dir, const Che
   CheckpointPayload saved;
   all_or_nothing(state, "load_state", [&] {
     saved = read_checkpoint(dir, state);
+    check_counts(saved, targets);
+    resolve_pieces(saved, targets, state);
     validate_payload(saved, targets);
   });
   return saved;
@@ -483,13 +550,18 @@ void apply_checkpoint(const CheckpointPayload& saved, const CheckpointTargets& t
     }
     throw;
   }
-  for (size_t i = 0; i < t.models.size(); ++i) t.models[i]->load_state_dict(saved.models[i], /*strict=*/true);
+  for (size_t i = 0; i < t.models.size(); ++i) {
+    if (saved.model_pieces[i])
+      load_model_pieces(*sharding_of(t, i), *saved.model_pieces[i]);
+    else
+      t.models[i]->load_state_dict(saved.models[i], /*strict=*/true);
+  }
   for (size_t i = 0; i < t.optimizers.size(); ++i)
     t.optimizers[i]->load_state_dict(detail::from_object_state<optim::OptimizerStateDict>(saved.optimizers[i]));
   for (size_t i = 0; i < t.schedulers.size(); ++i) t.schedulers[i]->load_state_dict(saved.schedulers[i].scalars);
   if (t.scaler && saved.scaler) t.scaler->load_state_dict(saved.scaler->scalars);
   for (size_t i = 0; i < t.dataloaders.size(); ++i) t.dataloaders[i]->restore(saved.dataloaders[i]);
-  default_generator().set_state(saved.rng);
+  if (saved.has_rng) default_generator().set_state(saved.rng);
 }
 
 void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved) {

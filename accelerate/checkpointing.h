@@ -32,12 +32,15 @@
 #include "accelerate/accelerated_dataloader.h"
 #include "accelerate/accelerator_state.h"
 #include "core/rng.h"
+#include "distributed/sharded_state.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
 namespace ember::distributed {
+
+class FullyShardedDataParallel;
 
 // The saved form of any object: named tensors and named numbers.
 struct ObjectState {
@@ -129,14 +132,24 @@ class CheckpointableAdapter : public Checkpointable {
 struct CheckpointPayload {
   std::vector<nn::StateDict> models;  // written by the main process only
   std::vector<ObjectState> optimizers;
-  // Per optimizer: true when it steps this rank's shards only (sharded data parallel), so every
-  // process writes (and reads back) its own file, optimizer[_<i>].shard-<r>-of-<N>.safetensors.
+  // Models and optimizers under sharded data parallel are saved in pieces: every process writes
+  // its own file, model[_<i>].shard-<r>-of-<N>.safetensors (sharded_checkpoint.h), and any
+  // split reads them back. Saving: this process's pieces (the optimizer's scalars stay in
+  // `optimizers`). Loading: the files' pieces, and for a sharded model this process's part of
+  // them as the model now splits them, in `model_pieces`.
+  std::vector<bool> sharded_models;
   std::vector<bool> sharded_optimizers;
+  std::vector<std::optional<PieceMap>> model_pieces;
+  std::vector<std::optional<PieceMap>> optimizer_pieces;
+  std::vector<std::optional<PieceReader>> saved_model_pieces;
+  std::vector<std::optional<PieceReader>> saved_optimizer_pieces;
+  int saved_world = 1;  // the number of processes that wrote the checkpoint
   std::vector<ObjectState> schedulers;
   std::vector<ObjectState> custom;
   std::vector<LoaderPosition> dataloaders;
   std::optional<ObjectState> scaler;  // the loss scaler's state (fp16 only)
   GeneratorState rng;                 // this process's
+  bool has_rng = true;                // false: a process the saving job did not have keeps its generator
   int64_t accumulation_step = 0;      // micro-steps into the current accumulation window
   int64_t save_iteration = 0;         // automatic naming: the number of this checkpoint
   std::string source;                 // read_checkpoint: the directory the files were read from
@@ -151,6 +164,10 @@ struct CheckpointTargets {
   std::vector<AcceleratedDataLoader*> dataloaders;
   optim::GradScaler* scaler = nullptr;      // the Accelerator's loss scaler, if any
   optim::GradScalerOptions scaler_options;  // a scratch scaler with these checks the saved state
+  // Parallel to models: the sharded data parallel wrapper of each (null: none, or one that does
+  // not shard); to optimizers: where each parameter's state lies in the model's parameters.
+  std::vector<FullyShardedDataParallel*> model_shardings;
+  std::vector<std::vector<StateSlot>> optimizer_slots;
 };
 
 // Writes `payload` as the checkpoint directory `dir` (a collective: every process calls it; the
@@ -181,8 +198,9 @@ void apply_checkpoint(const CheckpointPayload& saved, const CheckpointTargets& t
 // keys, different shapes, or dtypes that cannot be converted (nn::loadable_dtype).
 void check_model_state(const std::string& file, const nn::Module& model, const nn::StateDict& saved);
 
-// The loss scaler's file in a checkpoint directory.
+// The loss scaler's file in a checkpoint directory, and the file that describes the checkpoint.
 inline constexpr const char* kScalerFileName = "scaler.safetensors";
+inline constexpr const char* kAcceleratorStateFileName = "accelerator_state.json";
 
 // Checkpoint files: the model, optimizer, ... file name for object `index` of `kind`
 // ("model" -> model.safetensors, model_1.safetensors, ...).

@@ -316,6 +316,25 @@ SafetensorsFile load_safetensors_with_metadata(const std::string& path) {
   return out;
 }
 
+Tensor load_safetensors_range(const std::string& path, const std::string& name, int64_t first, int64_t numel) {
+  const std::string where = load_where(path);
+  InputFile file(path, where);
+  const SafetensorsHeader header = read_header(file, where);
+  const auto it = header.tensors.find(name);
+  EMBER_CHECK(it != header.tensors.end(), where, "no tensor '", shown(name), "'");
+  const SafetensorsEntry& e = it->second;
+  const int64_t total = numel_of(e.shape);
+  EMBER_CHECK(first >= 0 && numel >= 0 && first <= total && numel <= total - first, where, "tensor '", shown(name),
+              "' has ", total, " elements; elements [", first, ", ", first + numel, ") were asked for");
+  Tensor t = make_tensor({numel}, e.dtype, Device::cpu());
+  const uint64_t elem = uint64_t(dtype_size(e.dtype));
+  if (numel)
+    file.read_at(t.raw_data(), uint64_t(numel) * elem, uint64_t(header.data_start + e.begin) + uint64_t(first) * elem,
+                 "tensor '" + shown(name) + "'");
+  if (e.dtype == DType::boolean) check_bool_bytes(t, where, name);
+  return t;
+}
+
 std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   return load_safetensors_with_metadata(path).tensors;
 }

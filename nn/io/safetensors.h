@@ -51,6 +51,10 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // Loads every tensor into fresh CPU memory.
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 SafetensorsFile load_safetensors_with_metadata(const std::string& path);
+// Elements [first, first + numel) of tensor `name`, flattened in row-major order, as a 1-D
+// tensor of its dtype: only those bytes are read (sharded checkpoints read the parts of other
+// ranks' files they need). The header is read and the file's layout checked first.
+Tensor load_safetensors_range(const std::string& path, const std::string& name, int64_t first, int64_t numel);
 
 // Writes `tensors` (any device, any strides; copied to contiguous host memory one at a time)
 // atomically: a temporary file beside `path`, fsync, rename, fsync of the directory. A write

@@ -673,7 +673,7 @@ TEST(AcceleratorCheckpoint, HooksCanTakeOverModels) {
   EXPECT_EQ(loads, 1);
 }
 
-TEST(AcceleratorCheckpoint, LoadingAnotherModelOrWorldSizeIsAClearError) {
+TEST(AcceleratorCheckpoint, LoadingAnotherModelOrAnIncompleteCheckpointIsAClearError) {
   ember::testing::TempDir dir("accel_mismatch");
   const std::string ckpt = dir.file("ckpt");
   {
@@ -713,13 +713,19 @@ TEST(AcceleratorCheckpoint, LoadingAnotherModelOrWorldSizeIsAClearError) {
     acc.prepare(model);
     EXPECT_EMBER_ERROR(acc.load_state(ckpt), "load_state", "holds 1 optimizers but 0 were prepared");
   }
-  // Saved by two processes.
+  // Said to be saved by two processes, with one process's generator file: incomplete.
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(ckpt + "/accelerator_state.json"));
   meta["num_processes"] = 2;
   std::ofstream(ckpt + "/accelerator_state.json") << meta.dump();
-  fs::copy_file(ckpt + "/random_states_0.json", ckpt + "/random_states_1.json");
   TrainingRun run(AcceleratorOptions{});
-  EXPECT_EMBER_ERROR(run.acc.load_state(ckpt), "load_state", "saved by 2 processes", "this job has 1 process");
+  EXPECT_EMBER_ERROR(run.acc.load_state(ckpt), "load_state", "holds 1 random_states_<rank>.json files",
+                     "saved by 2 processes");
+  // With both it is a checkpoint of two processes, and one process resumes from it (another
+  // world size loads; tests/accelerate/test_sharded_checkpoint_processes.cpp covers sharding).
+  fs::copy_file(ckpt + "/random_states_0.json", ckpt + "/random_states_1.json");
+  run.acc.load_state(ckpt);
+  const auto saved = nn::load_safetensors(ckpt + "/model.safetensors");
+  EXPECT_TRUE(ember::testing::all_close(saved.at("fc1.weight"), run.model->fc1->weight, 0, 0));
   EXPECT_EMBER_ERROR(run.acc.load_state(dir.file("nowhere")), "load_state", "nowhere", "does not exist");
 }
 

@@ -1,4 +1,4 @@
-// The `ember` command: launch, config, env, plot.
+// The `ember` command: launch, config, env, plot, merge-weights.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -25,6 +25,7 @@ const std::map<std::string, Subcommand>& subcommands() {
       {"config", {config_command, config_usage}},
       {"env", {env_command, env_usage}},
       {"plot", {plot_command, plot_usage}},
+      {"merge-weights", {merge_weights_command, merge_weights_usage}},
   };
   return table;
 }
@@ -37,6 +38,7 @@ std::string usage() {
          "  config    write the config file that `ember launch` reads\n"
          "  env       print the version, build, hardware and default config\n"
          "  plot      draw runs' logged metrics as one self-contained HTML report\n"
+         "  merge-weights  one model.safetensors from a (sharded) save_state checkpoint\n"
          "\n"
          "`ember <command> --help` describes a command's options.\n";
 }
