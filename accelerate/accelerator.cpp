@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "accelerate/fsdp_env.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
@@ -80,6 +81,8 @@ void Accelerator::apply_env_defaults() {
       options_.cpu = *v == "1" || *v == "true";
     }
   }
+  // `ember launch --use_fsdp`; options the program set win.
+  if (!options_.fsdp) options_.fsdp = fsdp_options_from_env();
 }
 
 void Accelerator::validate_options() const {
