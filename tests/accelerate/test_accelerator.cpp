@@ -149,6 +149,51 @@ TEST(Accelerator, LauncherEnvironmentFillsUnsetOptions) {
   EXPECT_EMBER_ERROR(Accelerator({.total_limit = 0}), "total_limit");
 }
 
+TEST(Accelerator, LauncherEnvironmentFillsUnsetFsdp) {
+  EXPECT_FALSE(Accelerator().options().fsdp.has_value());
+  {
+    // What `ember launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP ...` hands a rank.
+    ScopedEnv env({{"EMBER_USE_FSDP", "true"},
+                   {"EMBER_FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"},
+                   {"EMBER_FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
+                   {"EMBER_FSDP_TRANSFORMER_CLS_TO_WRAP", "BertLayer"},
+                   {"EMBER_FSDP_BACKWARD_PREFETCH", "NO_PREFETCH"},
+                   {"EMBER_FSDP_ACTIVATION_CHECKPOINTING", "true"},
+                   {"EMBER_FSDP_REDUCE_DTYPE", "bf16"}});
+    const FSDPOptions expected{.sharding_strategy = ShardingStrategy::SHARD_GRAD_OP,
+                               .transformer_layer_cls_to_wrap = {"BertLayer"},
+                               .backward_prefetch = BackwardPrefetch::NO_PREFETCH,
+                               .mixed_precision = {.reduce_dtype = DType::bf16},
+                               .activation_checkpointing = true};
+    Accelerator acc;
+    ASSERT_TRUE(acc.options().fsdp.has_value());
+    const FSDPOptions& got = *acc.options().fsdp;
+    EXPECT_EQ(got.sharding_strategy, expected.sharding_strategy);
+    EXPECT_EQ(got.auto_wrap_policy, expected.auto_wrap_policy);
+    EXPECT_EQ(got.transformer_layer_cls_to_wrap, expected.transformer_layer_cls_to_wrap);
+    EXPECT_EQ(got.min_num_params, expected.min_num_params);
+    EXPECT_EQ(got.reshard_after_forward, expected.reshard_after_forward);
+    EXPECT_EQ(got.forward_prefetch, expected.forward_prefetch);
+    EXPECT_EQ(got.backward_prefetch, expected.backward_prefetch);
+    EXPECT_EQ(got.mixed_precision.reduce_dtype, expected.mixed_precision.reduce_dtype);
+    EXPECT_EQ(got.activation_checkpointing, expected.activation_checkpointing);
+    EXPECT_EQ(got.state_dict_type, expected.state_dict_type);
+
+    // Options the program set win, whole.
+    Accelerator set({.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::NO_SHARD}});
+    EXPECT_EQ(set.options().fsdp->sharding_strategy, ShardingStrategy::NO_SHARD);
+    EXPECT_FALSE(set.options().fsdp->activation_checkpointing);
+  }
+  {
+    ScopedEnv env({{"EMBER_USE_FSDP", "false"}, {"EMBER_FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"}});
+    EXPECT_FALSE(Accelerator().options().fsdp.has_value());
+  }
+  {
+    ScopedEnv env({{"EMBER_USE_FSDP", "1"}, {"EMBER_FSDP_SHARDING_STRATEGY", "2"}});
+    EXPECT_EMBER_ERROR(Accelerator(), "EMBER_FSDP_SHARDING_STRATEGY='2'", "give the name");
+  }
+}
+
 TEST(Accelerator, PrepareReturnsObjectsInOrder) {
   Accelerator acc;
   auto model = make_mlp(1);
