@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp_test_model.h"
+#include "fsdp_options_expect.h"
 #include "ember/accelerate.h"
 #include "small_bert.h"
 #include "test_util.h"
@@ -167,17 +168,7 @@ TEST(Accelerator, LauncherEnvironmentFillsUnsetFsdp) {
                                .activation_checkpointing = true};
     Accelerator acc;
     ASSERT_TRUE(acc.options().fsdp.has_value());
-    const FSDPOptions& got = *acc.options().fsdp;
-    EXPECT_EQ(got.sharding_strategy, expected.sharding_strategy);
-    EXPECT_EQ(got.auto_wrap_policy, expected.auto_wrap_policy);
-    EXPECT_EQ(got.transformer_layer_cls_to_wrap, expected.transformer_layer_cls_to_wrap);
-    EXPECT_EQ(got.min_num_params, expected.min_num_params);
-    EXPECT_EQ(got.reshard_after_forward, expected.reshard_after_forward);
-    EXPECT_EQ(got.forward_prefetch, expected.forward_prefetch);
-    EXPECT_EQ(got.backward_prefetch, expected.backward_prefetch);
-    EXPECT_EQ(got.mixed_precision.reduce_dtype, expected.mixed_precision.reduce_dtype);
-    EXPECT_EQ(got.activation_checkpointing, expected.activation_checkpointing);
-    EXPECT_EQ(got.state_dict_type, expected.state_dict_type);
+    ember::testing::expect_same_fsdp_options(*acc.options().fsdp, expected);
 
     // Options the program set win, whole.
     Accelerator set({.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::NO_SHARD}});

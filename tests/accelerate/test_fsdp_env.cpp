@@ -12,6 +12,7 @@
 
 #include "accelerate/fsdp_env.h"
 #include "accelerate/fsdp_settings.h"
+#include "fsdp_options_expect.h"
 #include "test_util.h"
 
 namespace ember::distributed {
@@ -64,19 +65,7 @@ TEST_F(FSDPEnvTest, UnsetOrFalseMeansNoSharding) {
 
 TEST_F(FSDPEnvTest, DefaultsWhenOnlyTurnedOn) {
   set("EMBER_USE_FSDP", "1");
-  const FSDPOptions read = *fsdp_options_from_env();
-  const FSDPOptions defaults;
-  EXPECT_EQ(read.sharding_strategy, defaults.sharding_strategy);
-  EXPECT_EQ(read.auto_wrap_policy, defaults.auto_wrap_policy);
-  EXPECT_TRUE(read.transformer_layer_cls_to_wrap.empty());
-  EXPECT_EQ(read.min_num_params, defaults.min_num_params);
-  EXPECT_FALSE(read.reshard_after_forward.has_value());
-  EXPECT_EQ(read.forward_prefetch, defaults.forward_prefetch);
-  EXPECT_EQ(read.backward_prefetch, defaults.backward_prefetch);
-  EXPECT_EQ(read.activation_checkpointing, defaults.activation_checkpointing);
-  EXPECT_EQ(read.state_dict_type, defaults.state_dict_type);
-  EXPECT_EQ(read.mixed_precision.reduce_dtype, DType::f32);
-  EXPECT_FALSE(read.cpu_offload);
+  ember::testing::expect_same_fsdp_options(*fsdp_options_from_env(), FSDPOptions{});
 }
 
 TEST_F(FSDPEnvTest, EveryVariableIsRead) {
@@ -158,15 +147,7 @@ TEST_F(FSDPEnvTest, WhatTheLauncherSetsReadsBack) {
   EXPECT_EQ(by_name.count("EMBER_FSDP_OFFLOAD_PARAMS"), 0u);  // left to its default
 
   set_all(variables);
-  const FSDPOptions read = *fsdp_options_from_env();
-  EXPECT_EQ(read.sharding_strategy, o.sharding_strategy);
-  EXPECT_EQ(read.transformer_layer_cls_to_wrap, o.transformer_layer_cls_to_wrap);
-  EXPECT_EQ(read.reshard_after_forward, o.reshard_after_forward);
-  EXPECT_EQ(read.backward_prefetch, o.backward_prefetch);
-  EXPECT_EQ(read.activation_checkpointing, o.activation_checkpointing);
-  EXPECT_EQ(read.mixed_precision.reduce_dtype, DType::f16);
-  EXPECT_EQ(read.min_num_params, o.min_num_params);
-  EXPECT_EQ(read.state_dict_type, o.state_dict_type);
+  ember::testing::expect_same_fsdp_options(*fsdp_options_from_env(), o);
 }
 
 TEST(FSDPSettings, OptionsNoFileCouldHoldAreRefused) {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "accelerate/launch_config.h"
+#include "fsdp_options_expect.h"
 #include "test_util.h"
 
 namespace ember::distributed {
@@ -60,17 +61,7 @@ void expect_same(const LaunchConfig& a, const LaunchConfig& b) {
   EXPECT_EQ(a.num_cpu_threads_per_process, b.num_cpu_threads_per_process);
   EXPECT_EQ(a.use_cpu, b.use_cpu);
   ASSERT_EQ(a.fsdp.has_value(), b.fsdp.has_value());
-  if (!a.fsdp) return;
-  EXPECT_EQ(a.fsdp->sharding_strategy, b.fsdp->sharding_strategy);
-  EXPECT_EQ(a.fsdp->auto_wrap_policy, b.fsdp->auto_wrap_policy);
-  EXPECT_EQ(a.fsdp->transformer_layer_cls_to_wrap, b.fsdp->transformer_layer_cls_to_wrap);
-  EXPECT_EQ(a.fsdp->min_num_params, b.fsdp->min_num_params);
-  EXPECT_EQ(a.fsdp->reshard_after_forward, b.fsdp->reshard_after_forward);
-  EXPECT_EQ(a.fsdp->forward_prefetch, b.fsdp->forward_prefetch);
-  EXPECT_EQ(a.fsdp->backward_prefetch, b.fsdp->backward_prefetch);
-  EXPECT_EQ(a.fsdp->activation_checkpointing, b.fsdp->activation_checkpointing);
-  EXPECT_EQ(a.fsdp->state_dict_type, b.fsdp->state_dict_type);
-  EXPECT_EQ(a.fsdp->mixed_precision.reduce_dtype, b.fsdp->mixed_precision.reduce_dtype);
+  if (a.fsdp) ember::testing::expect_same_fsdp_options(*a.fsdp, *b.fsdp);
 }
 
 TEST(LaunchConfig, DefaultsMatchASingleProcess) {
