@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "accelerate/fsdp_env.h"
 #include "accelerate/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -82,6 +83,8 @@ void Accelerator::apply_env_defaults() {
       options_.cpu = *v == "1" || *v == "true";
     }
   }
+  // `ember launch --use_fsdp`; options the program set win.
+  if (!options_.fsdp) options_.fsdp = fsdp_options_from_env();
 }
 
 void Accelerator::validate_options() const {

@@ -18,6 +18,8 @@
 #include <map>
 #include <sstream>
 
+#include "accelerate/fsdp_env.h"
+#include "accelerate/fsdp_settings.h"
 #include "core/error.h"
 
 namespace ember::distributed {
@@ -75,9 +77,31 @@ std::string read_string(const std::string& source, const std::string& key, const
 }
 
 std::optional<DistributedType> parse_distributed_type(const std::string& name) {
-  for (DistributedType t : {DistributedType::NO, DistributedType::MULTI_CPU, DistributedType::MULTI_GPU})
+  for (DistributedType t :
+       {DistributedType::NO, DistributedType::MULTI_CPU, DistributedType::MULTI_GPU, DistributedType::FSDP})
     if (name == distributed_type_name(t)) return t;
   return std::nullopt;
+}
+
+// The fsdp_config mapping; nullopt when it is empty (or null), as Accelerate writes it for jobs
+// without sharding.
+std::optional<FSDPOptions> read_fsdp_config(const std::string& source, const YAML::Node& node) {
+  if (node.IsNull() || (node.IsMap() && node.size() == 0)) return std::nullopt;
+  if (!node.IsMap()) bad_value(source, "fsdp_config", "a mapping of fsdp_* keys", node);
+  FSDPOptions options;
+  for (const auto& entry : node) {
+    EMBER_CHECK(entry.first.IsScalar(), source, ": fsdp_config: keys must be names, got ", describe(entry.first));
+    const std::string key = entry.first.Scalar();
+    const FSDPSetting* setting = find_fsdp_setting(key);
+    EMBER_CHECK(setting, source, ": unknown key 'fsdp_config.", key, "' (known keys: ", fsdp_setting_keys(), ")");
+    const std::string text = read_string(source, "fsdp_config." + key, entry.second);
+    try {
+      setting->parse(options, text);
+    } catch (const Error& e) {
+      EMBER_FAIL(source, ": key 'fsdp_config.", key, "': ", e.what());
+    }
+  }
+  return options;
 }
 
 std::string read_text_file(const std::string& path) {
@@ -197,6 +221,7 @@ const char* distributed_type_name(DistributedType type) {
     case DistributedType::NO: return "NO";
     case DistributedType::MULTI_CPU: return "MULTI_CPU";
     case DistributedType::MULTI_GPU: return "MULTI_GPU";
+    case DistributedType::FSDP: return "FSDP";
   }
   return "NO";
 }
@@ -205,11 +230,12 @@ const std::vector<std::string>& launch_config_keys() {
   static const std::vector<std::string> keys = {
       "compute_environment", "distributed_type", "num_processes", "num_machines",
       "machine_rank", "main_process_ip", "main_process_port", "mixed_precision",
-      "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu"};
+      "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu", "fsdp_config"};
   return keys;
 }
 
 DistributedType LaunchConfig::distributed_type() const {
+  if (fsdp) return DistributedType::FSDP;
   if (num_processes <= 1 && num_machines <= 1) return DistributedType::NO;
   return use_cpu ? DistributedType::MULTI_CPU : DistributedType::MULTI_GPU;
 }
@@ -242,6 +268,7 @@ void LaunchConfig::validate(const std::string& source) const {
               num_cpu_threads_per_process);
   EMBER_CHECK(main_process_ip.find_first_of(" \t\n") == std::string::npos, source,
               ": key 'main_process_ip': '", main_process_ip, "' is not a host name or address");
+  if (fsdp) check_fsdp_options(*fsdp, source);
 }
 
 LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
@@ -260,6 +287,7 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
               describe(root));
 
   std::optional<DistributedType> stated_type;
+  bool has_fsdp_config = false;
   for (const auto& entry : root) {
     EMBER_CHECK(entry.first.IsScalar(), source, ": keys must be names, got ", describe(entry.first));
     const std::string key = entry.first.Scalar();
@@ -272,7 +300,7 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
       const std::string name = read_string(source, key, value);
       stated_type = parse_distributed_type(name);
       EMBER_CHECK(stated_type, source, ": key 'distributed_type': unknown value '", name,
-                  "' (expected one of: NO, MULTI_CPU, MULTI_GPU)");
+                  "' (expected one of: NO, MULTI_CPU, MULTI_GPU, FSDP)");
     } else if (key == "num_processes") {
       config.num_processes = read_int(source, key, value);
     } else if (key == "num_machines") {
@@ -291,9 +319,17 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
       config.num_cpu_threads_per_process = read_int(source, key, value);
     } else if (key == "use_cpu") {
       config.use_cpu = read_bool(source, key, value);
+    } else if (key == "fsdp_config") {
+      has_fsdp_config = true;
+      config.fsdp = read_fsdp_config(source, value);
     } else {
       EMBER_FAIL(source, ": unknown key '", key, "' (known keys: ", join(launch_config_keys()), ")");
     }
+  }
+  if (stated_type == DistributedType::FSDP) {
+    EMBER_CHECK(has_fsdp_config, source, ": key 'distributed_type': FSDP needs an fsdp_config mapping (",
+                "'fsdp_config: {}' for the defaults)");
+    if (!config.fsdp) config.fsdp = FSDPOptions{};
   }
   config.validate(source);
 
@@ -302,10 +338,13 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
     EMBER_CHECK(*stated_type != DistributedType::NO || (total == 1 && config.num_machines == 1), source,
                 ": key 'distributed_type': NO contradicts num_processes ", total, " and num_machines ",
                 config.num_machines, " (NO means one process in total)");
-    EMBER_CHECK(*stated_type == DistributedType::NO || total > 1, source, ": key 'distributed_type': ",
+    EMBER_CHECK(*stated_type == DistributedType::NO || *stated_type == DistributedType::FSDP || total > 1, source,
+                ": key 'distributed_type': ",
                 distributed_type_name(*stated_type), " needs num_processes above 1, got ", total);
     EMBER_CHECK(*stated_type != DistributedType::MULTI_GPU || !config.use_cpu, source,
                 ": key 'distributed_type': MULTI_GPU contradicts use_cpu: true");
+    EMBER_CHECK(*stated_type == DistributedType::FSDP || !config.fsdp, source, ": key 'distributed_type': ",
+                distributed_type_name(*stated_type), " contradicts the fsdp_config settings (use FSDP, or remove them)");
     if (*stated_type == DistributedType::MULTI_CPU) config.use_cpu = true;
   }
   return config;
@@ -326,6 +365,13 @@ std::string LaunchConfig::to_yaml() const {
   out << YAML::Key << "gradient_accumulation_steps" << YAML::Value << gradient_accumulation_steps;
   out << YAML::Key << "num_cpu_threads_per_process" << YAML::Value << num_cpu_threads_per_process;
   out << YAML::Key << "use_cpu" << YAML::Value << use_cpu;
+  if (fsdp) {
+    out << YAML::Key << "fsdp_config" << YAML::Value << YAML::BeginMap;
+    for (const FSDPSetting& setting : fsdp_settings())
+      if (const std::optional<std::string> text = setting.format(*fsdp))
+        out << YAML::Key << setting.key << YAML::Value << *text;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   EMBER_CHECK(out.good(), "launch config: cannot write YAML: ", out.GetLastError());
   return std::string(out.c_str()) + "\n";
@@ -410,7 +456,7 @@ int threads_per_process(const LaunchConfig& config) {
 std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchConfig& config, int local_rank) {
   const int local = config.local_processes();
   const std::string threads = std::to_string(threads_per_process(config));
-  return {
+  std::vector<std::pair<std::string, std::string>> env = {
       {"MASTER_ADDR", config.master_address()},
       {"MASTER_PORT", std::to_string(config.main_process_port)},
       {"RANK", std::to_string(config.machine_rank * local + local_rank)},
@@ -424,6 +470,13 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchCo
       {"EMBER_NUM_THREADS", threads},
       {"OMP_NUM_THREADS", threads},
   };
+  // Stated either way, so a variable left in the launcher's own environment decides nothing.
+  if (config.fsdp) {
+    for (auto& variable : fsdp_env(*config.fsdp)) env.push_back(std::move(variable));
+  } else {
+    env.emplace_back("EMBER_USE_FSDP", "false");
+  }
+  return env;
 }
 
 }  // namespace ember::distributed

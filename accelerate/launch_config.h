@@ -13,14 +13,23 @@
 //   gradient_accumulation_steps: 1
 //   num_cpu_threads_per_process: 0     # 0: cores / local processes
 //   use_cpu: true
+//   fsdp_config:                       # sharded data parallel; written only when on
+//     fsdp_sharding_strategy: FULL_SHARD
+//     fsdp_transformer_layer_cls_to_wrap: BertLayer
+//
+// fsdp_config takes Accelerate's keys (accelerate/fsdp_settings.h lists them); an unknown one
+// is an error listing the known ones, and strategies are names, never Accelerate's numbers. An
+// empty fsdp_config (Accelerate writes `fsdp_config: {}` for every job) leaves sharding off.
 //
 // Accelerate keeps gradient_accumulation_steps inside its DeepSpeed plugin section; Ember has no
 // plugins, so it is a top-level key here (like the --gradient_accumulation_steps launch flag).
 //
-// distributed_type is derived from the other keys: NO for one process in total, otherwise
-// MULTI_CPU when use_cpu is set and MULTI_GPU when not. A file may state it; it must then agree:
-// NO with more than one process, or MULTI_GPU with use_cpu: true, is an error, and MULTI_CPU
-// turns use_cpu on (that is what it means).
+// distributed_type is derived from the other keys: FSDP when sharding is on, else NO for one
+// process in total, otherwise MULTI_CPU when use_cpu is set and MULTI_GPU when not. A file may
+// state it; it must then agree: NO with more than one process, or MULTI_GPU with use_cpu: true,
+// is an error, and MULTI_CPU turns use_cpu on (that is what it means). FSDP needs an
+// fsdp_config mapping (empty: the FSDPOptions defaults), and the other types a missing or empty
+// one.
 //
 // Every problem is an ember::Error naming the file, the key and the bad value.
 #pragma once
@@ -29,9 +38,11 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/fsdp_options.h"
+
 namespace ember::distributed {
 
-enum class DistributedType { NO, MULTI_CPU, MULTI_GPU };
+enum class DistributedType { NO, MULTI_CPU, MULTI_GPU, FSDP };
 const char* distributed_type_name(DistributedType type);
 
 struct LaunchConfig {
@@ -44,6 +55,8 @@ struct LaunchConfig {
   int gradient_accumulation_steps = 1;
   int num_cpu_threads_per_process = 0;  // 0: cores / local processes, at least 1
   bool use_cpu = false;
+  // Sharded data parallel for every rank (`--use_fsdp`, the fsdp_config mapping); unset: DDP.
+  std::optional<FSDPOptions> fsdp;
 
   DistributedType distributed_type() const;
   // Ranks started on this machine: num_processes / num_machines.
@@ -83,7 +96,8 @@ int threads_per_process(const LaunchConfig& config);
 // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the
 // machine rank), EMBER_MIXED_PRECISION, EMBER_GRADIENT_ACCUMULATION_STEPS, EMBER_USE_CPU ("1"
 // when the user asked for the CPU, else "0": a rank without a GPU still runs on the CPU),
-// EMBER_NUM_THREADS and OMP_NUM_THREADS.
+// EMBER_NUM_THREADS, OMP_NUM_THREADS, and EMBER_USE_FSDP ("false", or "true" followed by the
+// EMBER_FSDP_* variables of fsdp_env(), accelerate/fsdp_env.h).
 std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchConfig& config, int local_rank);
 
 }  // namespace ember::distributed

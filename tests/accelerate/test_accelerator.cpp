@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp_test_model.h"
+#include "fsdp_options_expect.h"
 #include "ember/accelerate.h"
 #include "small_bert.h"
 #include "test_util.h"
@@ -147,6 +148,41 @@ TEST(Accelerator, LauncherEnvironmentFillsUnsetOptions) {
                      "growth_factor");
   EXPECT_EMBER_ERROR(Accelerator({.gradient_accumulation_steps = 0}), "gradient_accumulation_steps", "0");
   EXPECT_EMBER_ERROR(Accelerator({.total_limit = 0}), "total_limit");
+}
+
+TEST(Accelerator, LauncherEnvironmentFillsUnsetFsdp) {
+  EXPECT_FALSE(Accelerator().options().fsdp.has_value());
+  {
+    // What `ember launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP ...` hands a rank.
+    ScopedEnv env({{"EMBER_USE_FSDP", "true"},
+                   {"EMBER_FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"},
+                   {"EMBER_FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
+                   {"EMBER_FSDP_TRANSFORMER_CLS_TO_WRAP", "BertLayer"},
+                   {"EMBER_FSDP_BACKWARD_PREFETCH", "NO_PREFETCH"},
+                   {"EMBER_FSDP_ACTIVATION_CHECKPOINTING", "true"},
+                   {"EMBER_FSDP_REDUCE_DTYPE", "bf16"}});
+    const FSDPOptions expected{.sharding_strategy = ShardingStrategy::SHARD_GRAD_OP,
+                               .transformer_layer_cls_to_wrap = {"BertLayer"},
+                               .backward_prefetch = BackwardPrefetch::NO_PREFETCH,
+                               .mixed_precision = {.reduce_dtype = DType::bf16},
+                               .activation_checkpointing = true};
+    Accelerator acc;
+    ASSERT_TRUE(acc.options().fsdp.has_value());
+    ember::testing::expect_same_fsdp_options(*acc.options().fsdp, expected);
+
+    // Options the program set win, whole.
+    Accelerator set({.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::NO_SHARD}});
+    EXPECT_EQ(set.options().fsdp->sharding_strategy, ShardingStrategy::NO_SHARD);
+    EXPECT_FALSE(set.options().fsdp->activation_checkpointing);
+  }
+  {
+    ScopedEnv env({{"EMBER_USE_FSDP", "false"}, {"EMBER_FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"}});
+    EXPECT_FALSE(Accelerator().options().fsdp.has_value());
+  }
+  {
+    ScopedEnv env({{"EMBER_USE_FSDP", "1"}, {"EMBER_FSDP_SHARDING_STRATEGY", "2"}});
+    EXPECT_EMBER_ERROR(Accelerator(), "EMBER_FSDP_SHARDING_STRATEGY='2'", "give the name");
+  }
 }
 
 TEST(Accelerator, PrepareReturnsObjectsInOrder) {

@@ -198,4 +198,20 @@ TEST_F(AcceleratorProcesses, RunsUnderTheEmberLauncher) {
   EXPECT_NE(outcome[0].output.find("rank 1 ddp: max abs diff"), std::string::npos) << outcome[0].output;
 }
 
+TEST_F(AcceleratorProcesses, ShardsUnderTheEmberLauncherWithUseFsdp) {
+  const std::string cli = ember_cli();
+  if (!std::filesystem::exists(cli)) GTEST_SKIP() << "no `ember` command at " << cli;
+  const std::string log = dir_.file("launch.log");
+  // The worker leaves AcceleratorOptions::fsdp unset: the flags reach it as EMBER_FSDP_*.
+  const pid_t pid = spawn({cli, "launch", "--num_processes", "2", "--main_process_port", std::to_string(free_port()),
+                           "--cpu", "--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP",
+                           "--fsdp_transformer_layer_cls_to_wrap", "Linear", worker(), "fsdp", "launcher", "3", "2",
+                           dir_.file("ckpt")},
+                          {}, log);
+  auto outcome = wait_all({pid}, {log});
+  EXPECT_EQ(outcome[0].exit_code, 0) << outcome[0].output;
+  for (const char* line : {"rank 0 fsdp launcher", "rank 1 fsdp launcher", "[rank 0] fsdp ok", "[rank 1] fsdp ok"})
+    EXPECT_NE(outcome[0].output.find(line), std::string::npos) << line << " in\n" << outcome[0].output;
+}
+
 }  // namespace

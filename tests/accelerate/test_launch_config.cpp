@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "accelerate/launch_config.h"
+#include "fsdp_options_expect.h"
 #include "test_util.h"
 
 namespace ember::distributed {
@@ -59,6 +60,8 @@ void expect_same(const LaunchConfig& a, const LaunchConfig& b) {
   EXPECT_EQ(a.gradient_accumulation_steps, b.gradient_accumulation_steps);
   EXPECT_EQ(a.num_cpu_threads_per_process, b.num_cpu_threads_per_process);
   EXPECT_EQ(a.use_cpu, b.use_cpu);
+  ASSERT_EQ(a.fsdp.has_value(), b.fsdp.has_value());
+  if (a.fsdp) ember::testing::expect_same_fsdp_options(*a.fsdp, *b.fsdp);
 }
 
 TEST(LaunchConfig, DefaultsMatchASingleProcess) {
@@ -229,7 +232,7 @@ TEST(LaunchConfig, UnknownKeysListTheKnownOnes) {
   expect_load_error("num_process: 2\n", {"unknown key 'num_process'", "known keys", "num_processes", "num_machines",
                                          "machine_rank", "main_process_ip", "main_process_port", "mixed_precision",
                                          "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu",
-                                         "distributed_type"});
+                                         "distributed_type", "fsdp_config"});
 }
 
 TEST(LaunchConfig, DuplicateKeysAreRefusedNamingBothLines) {
@@ -242,12 +245,12 @@ TEST(LaunchConfig, DuplicateKeysAreRefusedNamingBothLines) {
   expect_load_error("{num_machines: 1, num_machines: 2}\n", {"key 'num_machines' appears twice", "line 1"});
   // An alias of a key is that key.
   expect_load_error("&k num_processes: 2\n*k : 4\n", {"key 'num_processes' appears twice", "line 1", "line 2"});
-  // At every depth, named by its path; the duplicate is found before the unknown section.
+  // At every depth, named by its path; the duplicate is found before the values are read.
   expect_load_error("num_processes: 2\n"
                     "fsdp_config:\n"
-                    "  fsdp_sharding_strategy: 1\n"
+                    "  fsdp_sharding_strategy: FULL_SHARD\n"
                     "  fsdp_offload_params: false\n"
-                    "  fsdp_sharding_strategy: 2\n",
+                    "  fsdp_sharding_strategy: SHARD_GRAD_OP\n",
                     {"key 'fsdp_config.fsdp_sharding_strategy' appears twice", "line 3", "line 5"});
   expect_load_error("plugins:\n  - name: a\n    options: {x: 1, y: 2, x: 3}\n",
                     {"key 'plugins[0].options.x' appears twice", "line 3"});
@@ -272,12 +275,134 @@ TEST(LaunchConfig, DuplicateKeysAreRefusedNamingBothLines) {
 }
 
 TEST(LaunchConfig, StatedDistributedTypeMustAgree) {
-  expect_load_error("distributed_type: FSDP\n", {"distributed_type", "'FSDP'", "NO, MULTI_CPU, MULTI_GPU"});
+  expect_load_error("distributed_type: DEEPSPEED\n",
+                    {"distributed_type", "'DEEPSPEED'", "NO, MULTI_CPU, MULTI_GPU, FSDP"});
+  expect_load_error("distributed_type: FSDP\nnum_processes: 2\n", {"distributed_type", "FSDP", "fsdp_config"});
+  expect_load_error("distributed_type: MULTI_GPU\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n",
+                    {"distributed_type", "MULTI_GPU", "contradicts the fsdp_config"});
   expect_load_error("distributed_type: NO\nnum_processes: 2\n", {"distributed_type", "NO", "num_processes 2"});
   expect_load_error("distributed_type: MULTI_GPU\nnum_processes: 2\nuse_cpu: true\n",
                     {"distributed_type", "MULTI_GPU", "use_cpu"});
   expect_load_error("distributed_type: MULTI_CPU\n", {"distributed_type", "MULTI_CPU", "above 1", "1"});
   expect_load_error("compute_environment: AMAZON_SAGEMAKER\n", {"compute_environment", "'AMAZON_SAGEMAKER'"});
+}
+
+TEST(LaunchConfig, FsdpConfigRoundTripsThroughYaml) {
+  TempDir dir("ember_launch_config");
+  std::vector<LaunchConfig> cases(3);
+  cases[0].num_processes = 4;
+  cases[0].use_cpu = true;
+  cases[0].fsdp = FSDPOptions{};
+  cases[1].num_processes = 2;
+  cases[1].fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::SHARD_GRAD_OP,
+                              .auto_wrap_policy = AutoWrapPolicy::SIZE_BASED_WRAP,
+                              .transformer_layer_cls_to_wrap = {"BertLayer", "BertPooler"},
+                              .min_num_params = 4096,
+                              .reshard_after_forward = false,
+                              .forward_prefetch = false,
+                              .backward_prefetch = BackwardPrefetch::NO_PREFETCH,
+                              .mixed_precision = {.reduce_dtype = DType::bf16},
+                              .activation_checkpointing = true,
+                              .state_dict_type = StateDictType::FULL_STATE_DICT};
+  cases[2].fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::NO_SHARD};  // one process
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const std::string path = dir.file("fsdp_" + std::to_string(i) + ".yaml");
+    cases[i].save_yaml(path);
+    const LaunchConfig loaded = LaunchConfig::load_yaml(path);
+    expect_same(loaded, cases[i]);
+    EXPECT_EQ(loaded.distributed_type(), DistributedType::FSDP);
+  }
+  const std::string text = read_file(dir.file("fsdp_1.yaml"));
+  for (const char* fragment :
+       {"distributed_type: FSDP", "fsdp_config:", "  fsdp_sharding_strategy: SHARD_GRAD_OP",
+        "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP", "  fsdp_transformer_layer_cls_to_wrap: BertLayer,BertPooler",
+        "  fsdp_min_num_params: 4096", "  fsdp_reshard_after_forward: false", "  fsdp_forward_prefetch: false",
+        "  fsdp_backward_prefetch: NO_PREFETCH", "  fsdp_activation_checkpointing: true",
+        "  fsdp_state_dict_type: FULL_STATE_DICT", "  fsdp_reduce_dtype: bf16"})
+    EXPECT_NE(text.find(fragment), std::string::npos) << fragment << " missing from\n" << text;
+  // Fields left to their default that have no text are not written.
+  const std::string plain = read_file(dir.file("fsdp_0.yaml"));
+  EXPECT_EQ(plain.find("fsdp_reshard_after_forward"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("fsdp_transformer_layer_cls_to_wrap"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("fsdp_offload_params"), std::string::npos) << plain;
+  // Without sharding there is no fsdp_config at all.
+  LaunchConfig none;
+  none.num_processes = 2;
+  EXPECT_EQ(none.to_yaml().find("fsdp"), std::string::npos);
+}
+
+TEST(LaunchConfig, ReadsAccelerateStyleFsdpFiles) {
+  TempDir dir("ember_launch_config");
+  // As `accelerate config` writes it (with the strategy as a name).
+  write_file(dir.file("fsdp.yaml"),
+             "compute_environment: LOCAL_MACHINE\n"
+             "distributed_type: FSDP\n"
+             "fsdp_config:\n"
+             "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+             "  fsdp_backward_prefetch: BACKWARD_PRE\n"
+             "  fsdp_forward_prefetch: false\n"
+             "  fsdp_offload_params: false\n"
+             "  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+             "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+             "  fsdp_transformer_layer_cls_to_wrap: BertLayer\n"
+             "machine_rank: 0\n"
+             "mixed_precision: bf16\n"
+             "num_machines: 1\n"
+             "num_processes: 2\n"
+             "use_cpu: false\n");
+  const LaunchConfig c = LaunchConfig::load_yaml(dir.file("fsdp.yaml"));
+  ASSERT_TRUE(c.fsdp.has_value());
+  EXPECT_EQ(c.fsdp->sharding_strategy, ShardingStrategy::SHARD_GRAD_OP);
+  EXPECT_EQ(c.fsdp->transformer_layer_cls_to_wrap, std::vector<std::string>{"BertLayer"});
+  EXPECT_FALSE(c.fsdp->forward_prefetch);
+  EXPECT_EQ(c.distributed_type(), DistributedType::FSDP);
+
+  // `fsdp_config: {}`, which Accelerate writes for every job, leaves sharding off ...
+  write_file(dir.file("empty.yaml"), "distributed_type: MULTI_GPU\nnum_processes: 2\nfsdp_config: {}\n");
+  EXPECT_FALSE(LaunchConfig::load_yaml(dir.file("empty.yaml")).fsdp.has_value());
+  // ... unless distributed_type says FSDP: then the defaults apply.
+  write_file(dir.file("defaults.yaml"), "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n");
+  const LaunchConfig defaults = LaunchConfig::load_yaml(dir.file("defaults.yaml"));
+  ASSERT_TRUE(defaults.fsdp.has_value());
+  EXPECT_EQ(defaults.fsdp->sharding_strategy, ShardingStrategy::FULL_SHARD);
+  // distributed_type may be left out: fsdp_config alone turns sharding on.
+  write_file(dir.file("bare.yaml"), "num_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n");
+  EXPECT_EQ(LaunchConfig::load_yaml(dir.file("bare.yaml")).fsdp->sharding_strategy, ShardingStrategy::NO_SHARD);
+}
+
+TEST(LaunchConfig, BadFsdpConfigValuesNameKeyAndValue) {
+  // Accelerate writes strategies as numbers (1 = FULL_SHARD), which clash with ZeRO stages.
+  expect_load_error("fsdp_config:\n  fsdp_sharding_strategy: 1\n",
+                    {"fsdp_config.fsdp_sharding_strategy", "'1'", "give the name, not a number",
+                     "stage 1 = SHARD_OPTIMIZER"});
+  expect_load_error("fsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n",
+                    {"fsdp_config.fsdp_sharding_strategy", "'HYBRID_SHARD'", "FULL_SHARD, SHARD_GRAD_OP"});
+  expect_load_error("fsdp_config:\n  fsdp_use_orig_params: true\n",
+                    {"unknown key 'fsdp_config.fsdp_use_orig_params'", "known keys", "fsdp_sharding_strategy",
+                     "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
+                     "fsdp_reshard_after_forward", "fsdp_forward_prefetch", "fsdp_backward_prefetch",
+                     "fsdp_activation_checkpointing", "fsdp_state_dict_type", "fsdp_reduce_dtype"});
+  expect_load_error("fsdp_config:\n  fsdp_auto_wrap_policy: BY_TYPE\n",
+                    {"fsdp_config.fsdp_auto_wrap_policy", "'BY_TYPE'", "TRANSFORMER_BASED_WRAP"});
+  expect_load_error("fsdp_config:\n  fsdp_min_num_params: lots\n", {"fsdp_config.fsdp_min_num_params", "'lots'"});
+  expect_load_error("fsdp_config:\n  fsdp_forward_prefetch: maybe\n",
+                    {"fsdp_config.fsdp_forward_prefetch", "'maybe'", "true, false"});
+  expect_load_error("fsdp_config:\n  fsdp_backward_prefetch: BACKWARD_POST\n",
+                    {"fsdp_config.fsdp_backward_prefetch", "'BACKWARD_POST'", "BACKWARD_PRE, NO_PREFETCH"});
+  expect_load_error("fsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT\n",
+                    {"fsdp_config.fsdp_state_dict_type", "'LOCAL_STATE_DICT'", "FULL_STATE_DICT"});
+  expect_load_error("fsdp_config:\n  fsdp_reduce_dtype: fp8\n", {"fsdp_config.fsdp_reduce_dtype", "'fp8'", "f32, bf16, f16"});
+  expect_load_error("fsdp_config:\n  fsdp_offload_params: true\n", {"fsdp_config.fsdp_offload_params", "not supported"});
+  expect_load_error("fsdp_config:\n  fsdp_sharding_strategy: [FULL_SHARD]\n",
+                    {"fsdp_config.fsdp_sharding_strategy", "string", "a list"});
+  expect_load_error("fsdp_config: FULL_SHARD\n", {"fsdp_config", "mapping", "'FULL_SHARD'"});
+  expect_load_error("distributed_type: NO\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n",
+                    {"distributed_type", "NO", "contradicts the fsdp_config"});
+  // Options set in code are checked before they are written.
+  LaunchConfig c;
+  c.fsdp = FSDPOptions{.min_num_params = -1};
+  EXPECT_EMBER_ERROR(c.validate("command line"), "command line", "fsdp_min_num_params", "'-1'");
 }
 
 TEST(LaunchConfig, UnreadableFilesAreReported) {
@@ -361,6 +486,13 @@ TEST(LaunchConfig, RankEnvironmentOffsetsByMachine) {
   EXPECT_EQ(env["EMBER_USE_CPU"], "1");
   EXPECT_EQ(env["EMBER_NUM_THREADS"], "3");
   EXPECT_EQ(env["OMP_NUM_THREADS"], "3");
+  // Sharding is stated either way, so the launcher's own environment decides nothing.
+  EXPECT_EQ(env["EMBER_USE_FSDP"], "false");
+  EXPECT_EQ(env.count("EMBER_FSDP_SHARDING_STRATEGY"), 0u);
+  c.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::SHARD_GRAD_OP};
+  env = as_map(rank_environment(c, 0));
+  EXPECT_EQ(env["EMBER_USE_FSDP"], "true");
+  EXPECT_EQ(env["EMBER_FSDP_SHARDING_STRATEGY"], "SHARD_GRAD_OP");
 }
 
 TEST(LaunchConfig, ThreadsDefaultToCoresPerLocalRank) {

@@ -229,7 +229,11 @@ TEST_F(LaunchTest, HelpAndUsageErrors) {
   EXPECT_EQ(r.status, 0) << describe(r);
   for (const char* flag : {"--num_processes", "--num_machines", "--machine_rank", "--main_process_ip",
                            "--main_process_port", "--mixed_precision", "--gradient_accumulation_steps",
-                           "--num_cpu_threads_per_process", "--config_file", "--cpu"})
+                           "--num_cpu_threads_per_process", "--config_file", "--cpu", "--use_fsdp",
+                           "--fsdp_sharding_strategy", "--fsdp_auto_wrap_policy", "--fsdp_transformer_layer_cls_to_wrap",
+                           "--fsdp_min_num_params", "--fsdp_reshard_after_forward", "--fsdp_forward_prefetch",
+                           "--fsdp_backward_prefetch", "--fsdp_activation_checkpointing", "--fsdp_state_dict_type",
+                           "--fsdp_reduce_dtype"})
     EXPECT_TRUE(contains(r.out, flag)) << flag;
 
   r = ember({"frobnicate"});
@@ -334,6 +338,68 @@ TEST_F(LaunchTest, EveryRankGetsItsEnvironment) {
       EXPECT_EQ(e["EMBER_NUM_THREADS"], threads);
       EXPECT_EQ(e["OMP_NUM_THREADS"], threads);
     }
+  }
+}
+
+TEST_F(LaunchTest, EveryRankGetsTheFsdpEnvironment) {
+  const int port = free_port();
+  // A sharding variable left in the launcher's own environment is not passed on.
+  const Result r = launch({"--num_processes", "2", "--main_process_port", std::to_string(port), "--cpu", "--use_fsdp",
+                           "--fsdp_sharding_strategy", "SHARD_GRAD_OP", "--fsdp_transformer_layer_cls_to_wrap",
+                           "BertLayer,BertPooler", "--fsdp-reduce-dtype=bf16"},
+                          {"--print-env"}, {{"EMBER_FSDP_RESHARD_AFTER_FORWARD", "true"}});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  auto envs = rank_envs(r.out);
+  ASSERT_EQ(envs.size(), 2u) << r.out;
+  for (auto& [rank, e] : envs) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(e["EMBER_USE_FSDP"], "true");
+    EXPECT_EQ(e["EMBER_FSDP_SHARDING_STRATEGY"], "SHARD_GRAD_OP");
+    EXPECT_EQ(e["EMBER_FSDP_AUTO_WRAP_POLICY"], "TRANSFORMER_BASED_WRAP");
+    EXPECT_EQ(e["EMBER_FSDP_TRANSFORMER_CLS_TO_WRAP"], "BertLayer,BertPooler");
+    EXPECT_EQ(e["EMBER_FSDP_REDUCE_DTYPE"], "bf16");
+    EXPECT_EQ(e["EMBER_FSDP_BACKWARD_PREFETCH"], "BACKWARD_PRE");
+    EXPECT_EQ(e.count("EMBER_FSDP_RESHARD_AFTER_FORWARD"), 0u) << "inherited from the launcher";
+  }
+
+  // Without --use_fsdp the ranks are told so, whatever the launcher inherited.
+  const Result off = launch({"--num_processes", "2", "--main_process_port", std::to_string(free_port()), "--cpu"},
+                            {"--print-env"}, {{"EMBER_USE_FSDP", "true"}});
+  ASSERT_EQ(off.status, 0) << describe(off);
+  for (auto& [rank, e] : rank_envs(off.out)) EXPECT_EQ(e["EMBER_USE_FSDP"], "false") << rank;
+
+  // Strategies are names; Accelerate's numbers are refused before any rank starts.
+  const Result number = launch({"--num_processes", "2", "--use_fsdp", "--fsdp_sharding_strategy", "2"}, {"--echo", "x"});
+  EXPECT_EQ(number.status, 2) << describe(number);
+  EXPECT_FALSE(contains(number.out, "[rank")) << describe(number);
+  EXPECT_TRUE(contains(number.err, "--fsdp_sharding_strategy")) << number.err;
+  EXPECT_TRUE(contains(number.err, "give the name, not a number")) << number.err;
+  const Result policy = launch({"--fsdp_auto_wrap_policy", "BY_SIZE"}, {});
+  EXPECT_EQ(policy.status, 2) << describe(policy);
+  EXPECT_TRUE(contains(policy.err, "'BY_SIZE'")) << policy.err;
+  EXPECT_TRUE(contains(policy.err, "SIZE_BASED_WRAP")) << policy.err;
+}
+
+TEST_F(LaunchTest, FsdpFlagsOverrideTheConfigFile) {
+  LaunchConfig c;
+  c.num_processes = 2;
+  c.use_cpu = true;
+  c.main_process_port = free_port();
+  c.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::SHARD_OPTIMIZER,
+                       .transformer_layer_cls_to_wrap = {"BertLayer"},
+                       .activation_checkpointing = true};
+  const std::string path = dir_.file("fsdp.yaml");
+  c.save_yaml(path);
+
+  Result r = launch({"--config_file", path, "--fsdp_sharding_strategy", "NO_SHARD"}, {"--print-env"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  auto envs = rank_envs(r.out);
+  ASSERT_EQ(envs.size(), 2u) << r.out;
+  for (auto& [rank, e] : envs) {
+    EXPECT_EQ(e["EMBER_USE_FSDP"], "true");
+    EXPECT_EQ(e["EMBER_FSDP_SHARDING_STRATEGY"], "NO_SHARD");            // the flag
+    EXPECT_EQ(e["EMBER_FSDP_TRANSFORMER_CLS_TO_WRAP"], "BertLayer");     // the file
+    EXPECT_EQ(e["EMBER_FSDP_ACTIVATION_CHECKPOINTING"], "true");         // the file
   }
 }
 
@@ -677,7 +743,8 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   const std::string path = dir_.file("asked.yaml");
   // machines, machine rank, ip, port (default), processes (3 is rejected, then 4), cpu,
   // precision (fp8 rejected), accumulation (0 rejected), threads (default).
-  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n";
+  // Then FSDP (the default, no).
+  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n\n";
   const Result r = ember({"config", "--config_file", path}, {}, answers);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "[29500]")) << r.out;
@@ -693,10 +760,11 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   EXPECT_EQ(c.mixed_precision, "bf16");
   EXPECT_EQ(c.gradient_accumulation_steps, 16);
   EXPECT_EQ(c.num_cpu_threads_per_process, 0);
+  EXPECT_FALSE(c.fsdp.has_value());
 
   // The existing file supplies the defaults; flags skip their questions.
   const Result again = ember({"config", "--config_file", path, "--mixed_precision", "fp16"}, {},
-                             "\n\n\n\n\n\n\n\n");
+                             "\n\n\n\n\n\n\n\n\n");
   ASSERT_EQ(again.status, 0) << describe(again);
   EXPECT_FALSE(contains(again.out, "Mixed precision")) << again.out;
   const LaunchConfig kept = LaunchConfig::load_yaml(path);
@@ -709,6 +777,40 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   EXPECT_NE(cut.status, 0);
   EXPECT_TRUE(contains(cut.err, "input ended")) << cut.err;
   EXPECT_FALSE(std::filesystem::exists(dir_.file("cut.yaml")));
+}
+
+TEST_F(LaunchTest, ConfigCommandAsksAboutFsdp) {
+  const std::string path = dir_.file("fsdp.yaml");
+  // machines, processes, cpu, precision, accumulation, threads; then FSDP: yes, the strategy
+  // (Accelerate's number 2 rejected), the wrap policy (default), the classes (none rejected).
+  const std::string answers = "1\n2\nyes\n\n\n\nyes\n2\nSHARD_GRAD_OP\n\n\nBertLayer, BertPooler\n";
+  const Result r = ember({"config", "--config_file", path}, {}, answers);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "FullyShardedDataParallel")) << r.out;
+  EXPECT_TRUE(contains(r.out, "give the name, not a number")) << r.out;
+  EXPECT_TRUE(contains(r.out, "name at least one module type")) << r.out;
+  const LaunchConfig c = LaunchConfig::load_yaml(path);
+  ASSERT_TRUE(c.fsdp.has_value());
+  EXPECT_EQ(c.fsdp->sharding_strategy, ShardingStrategy::SHARD_GRAD_OP);
+  EXPECT_EQ(c.fsdp->auto_wrap_policy, AutoWrapPolicy::TRANSFORMER_BASED_WRAP);
+  EXPECT_EQ(c.fsdp->transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertPooler"}));
+  EXPECT_EQ(c.distributed_type(), DistributedType::FSDP);
+
+  // One process: the question is not asked. Flags answer it (and imply --use_fsdp).
+  const Result one = ember({"config", "--config_file", dir_.file("one.yaml")}, {}, "1\n1\nyes\n\n\n\n");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  EXPECT_FALSE(contains(one.out, "FullyShardedDataParallel")) << one.out;
+  const Result flags = ember({"config", "--config_file", dir_.file("flags.yaml"), "--num_processes", "2",
+                              "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy", "NO_WRAP", "--yes"});
+  ASSERT_EQ(flags.status, 0) << describe(flags);
+  const LaunchConfig f = LaunchConfig::load_yaml(dir_.file("flags.yaml"));
+  ASSERT_TRUE(f.fsdp.has_value());
+  EXPECT_EQ(f.fsdp->auto_wrap_policy, AutoWrapPolicy::NO_WRAP);
+
+  // Answering no turns off the sharding an existing file had.
+  const Result off = ember({"config", "--config_file", path}, {}, "\n\n\n\n\n\nno\n");
+  ASSERT_EQ(off.status, 0) << describe(off);
+  EXPECT_FALSE(LaunchConfig::load_yaml(path).fsdp.has_value());
 }
 
 TEST_F(LaunchTest, EnvCommandDescribesTheMachine) {

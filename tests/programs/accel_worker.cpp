@@ -26,7 +26,9 @@
 //                                                 the accum run under AcceleratorOptions::fsdp
 //                                                 with that sharding strategy, clipping across
 //                                                 shards, then save_state/load_state in <dir>
-//                                                 repeats a step exactly; prints "fsdp ok"
+//                                                 repeats a step exactly; prints "fsdp ok".
+//                                                 <strategy> "launcher": the options come from
+//                                                 `ember launch --use_fsdp ...` (EMBER_FSDP_*)
 // Exit status 0 when every expectation held.
 #include <algorithm>
 #include <cmath>
@@ -34,6 +36,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <cstdlib>
 #include <string>
 
@@ -133,10 +136,15 @@ std::map<std::string, std::vector<float>> values_of(const nn::Module& model) {
 // step and clips across shards.
 int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::string& dir) {
   constexpr int K = 2;
-  FSDPOptions fsdp;
-  fsdp.sharding_strategy = parse_sharding_strategy(strategy);
-  fsdp.transformer_layer_cls_to_wrap = {"Linear"};
-  Accelerator acc({.gradient_accumulation_steps = K, .fsdp = fsdp});
+  std::optional<FSDPOptions> chosen;
+  if (strategy != "launcher") {
+    chosen = FSDPOptions{};
+    chosen->sharding_strategy = parse_sharding_strategy(strategy);
+    chosen->transformer_layer_cls_to_wrap = {"Linear"};
+  }
+  Accelerator acc({.gradient_accumulation_steps = K, .fsdp = chosen});
+  expect(acc.options().fsdp.has_value(), "the Accelerator shards (from its options or the launcher's variables)");
+  const FSDPOptions fsdp = acc.options().fsdp.value_or(FSDPOptions{});
   const int R = acc.num_processes();
   auto ds = make_dataset(steps * K * R * b, 200);
   double ref_lr = 0;

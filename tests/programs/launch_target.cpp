@@ -2,7 +2,8 @@
 // line in order; `--rank R` makes the following actions apply to rank R only (the rank comes
 // from $RANK), `--rank all` to every rank again.
 //
-//   --print-env        one "ENV NAME=value" line per launch variable ("<unset>" when missing)
+//   --print-env        one "ENV NAME=value" line per launch variable ("<unset>" when missing),
+//                      then one per EMBER_FSDP_* variable present
 //   --pid              "PID <pid>"
 //   --echo TEXT        TEXT on its own line
 //   --lines N          N lines "line I of rank R xxxx..." on stdout
@@ -22,6 +23,8 @@
 #include <string>
 #include <thread>
 
+extern char** environ;
+
 namespace {
 
 const char* kVariables[] = {"MASTER_ADDR",          "MASTER_PORT",
@@ -29,7 +32,8 @@ const char* kVariables[] = {"MASTER_ADDR",          "MASTER_PORT",
                             "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
                             "GROUP_RANK",           "EMBER_MIXED_PRECISION",
                             "EMBER_GRADIENT_ACCUMULATION_STEPS", "EMBER_USE_CPU",
-                            "EMBER_NUM_THREADS",    "OMP_NUM_THREADS"};
+                            "EMBER_NUM_THREADS",    "OMP_NUM_THREADS",
+                            "EMBER_USE_FSDP"};
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "launch_target: %s\n", message.c_str());
@@ -60,6 +64,8 @@ int main(int argc, char** argv) {
         const char* v = std::getenv(name);
         std::printf("ENV %s=%s\n", name, v ? v : "<unset>");
       }
+      for (char** e = environ; e && *e; ++e)
+        if (std::strncmp(*e, "EMBER_FSDP_", 11) == 0) std::printf("ENV %s\n", *e);
     } else if (action == "--pid") {
       std::printf("PID %d\n", int(::getpid()));
     } else if (action == "--echo") {

@@ -6,6 +6,9 @@
 #include <limits>
 #include <sstream>
 
+#include "accelerate/fsdp_settings.h"
+#include "core/error.h"
+
 namespace ember::cli {
 
 namespace {
@@ -24,10 +27,21 @@ int non_negative(const std::string& value, const char* flag) {
   return n;
 }
 
-}  // namespace
+// --fsdp_NAME VALUE: one field of the sharding options, which it turns on when they are off.
+ConfigFlag fsdp_flag(const distributed::FSDPSetting& setting) {
+  return {setting.key, setting.accepted, setting.help, [&setting](LaunchConfig& c, const std::string& v) {
+            distributed::FSDPOptions options = c.fsdp.value_or(distributed::FSDPOptions{});
+            try {
+              setting.parse(options, v);
+            } catch (const Error& e) {
+              throw UsageError(std::string("--") + setting.key + ": " + e.what());
+            }
+            c.fsdp = options;
+          }};
+}
 
-const std::vector<ConfigFlag>& config_flags() {
-  static const std::vector<ConfigFlag> flags = {
+std::vector<ConfigFlag> make_config_flags() {
+  std::vector<ConfigFlag> flags = {
       {"num_processes", "N", "processes in total, over all machines (default 1)",
        [](LaunchConfig& c, const std::string& v) { c.num_processes = positive(v, "num_processes"); }},
       {"num_machines", "M", "machines taking part (default 1)",
@@ -61,7 +75,23 @@ const std::vector<ConfigFlag>& config_flags() {
        [](LaunchConfig& c, const std::string&) { c.use_cpu = true; }},
       {"use_cpu", "yes|no", "the same as --cpu, spelled out",
        [](LaunchConfig& c, const std::string& v) { c.use_cpu = parse_bool(v, "--use_cpu"); }},
+      {"use_fsdp", nullptr, "shard the model across ranks (FSDP); any --fsdp_* flag implies it",
+       [](LaunchConfig& c, const std::string& v) {
+         if (v.empty() || parse_bool(v, "--use_fsdp")) {
+           if (!c.fsdp) c.fsdp = distributed::FSDPOptions{};
+         } else {
+           c.fsdp.reset();
+         }
+       }},
   };
+  for (const distributed::FSDPSetting& setting : distributed::fsdp_settings()) flags.push_back(fsdp_flag(setting));
+  return flags;
+}
+
+}  // namespace
+
+const std::vector<ConfigFlag>& config_flags() {
+  static const std::vector<ConfigFlag> flags = make_config_flags();
   return flags;
 }
 
@@ -76,7 +106,9 @@ std::string describe_config_flags() {
   for (const ConfigFlag& flag : config_flags()) {
     std::string left = std::string("--") + flag.name;
     if (flag.value_name) left += std::string(" ") + flag.value_name;
-    out << "  " << left << std::string(left.size() < 42 ? 42 - left.size() : 1, ' ') << flag.help << "\n";
+    // A long flag gets its help on the next line, in the same column.
+    const std::string gap = left.size() < 42 ? std::string(42 - left.size(), ' ') : "\n" + std::string(44, ' ');
+    out << "  " << left << gap << flag.help << "\n";
   }
   return out.str();
 }

@@ -1,6 +1,7 @@
 // Flag parsing shared by the `ember` subcommands: `--name value` and `--name=value`, with
 // dashes and underscores in names treated alike (--num-processes == --num_processes).
 #pragma once
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,7 +22,9 @@ struct ConfigFlag {
   const char* name;        // without the leading dashes, underscores as separators
   const char* value_name;  // "N"; nullptr for a flag that takes no value
   const char* help;
-  void (*apply)(distributed::LaunchConfig& config, const std::string& value);
+  // Throws UsageError for a bad value. A flag without a value gets "" (and `ember config`'s
+  // yes/no questions pass their answer to --use_fsdp).
+  std::function<void(distributed::LaunchConfig& config, const std::string& value)> apply;
 };
 const std::vector<ConfigFlag>& config_flags();
 const ConfigFlag* find_config_flag(std::string_view name);

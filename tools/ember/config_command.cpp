@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "accelerate/fsdp_settings.h"
 #include "accelerate/launch_config.h"
 #include "command_line.h"
 #include "core/device_api.h"
@@ -29,6 +30,18 @@ struct Question {
 bool always(const LaunchConfig&) { return true; }
 bool several_machines(const LaunchConfig& c) { return c.num_machines > 1; }
 std::string fine(const LaunchConfig&) { return ""; }
+bool several_processes(const LaunchConfig& c) { return c.num_processes > 1; }
+bool sharded(const LaunchConfig& c) { return c.fsdp.has_value(); }
+bool wraps_by_type(const LaunchConfig& c) {
+  return c.fsdp && c.fsdp->auto_wrap_policy == distributed::AutoWrapPolicy::TRANSFORMER_BASED_WRAP;
+}
+bool wraps_by_size(const LaunchConfig& c) {
+  return c.fsdp && c.fsdp->auto_wrap_policy == distributed::AutoWrapPolicy::SIZE_BASED_WRAP;
+}
+// A sharding field as its flag takes it ("" for an empty class list).
+std::string fsdp_field(const LaunchConfig& c, const char* key) {
+  return distributed::find_fsdp_setting(key)->format(c.fsdp.value_or(distributed::FSDPOptions{})).value_or("");
+}
 
 const std::vector<Question>& questions() {
   static const std::vector<Question> list = {
@@ -60,6 +73,21 @@ const std::vector<Question>& questions() {
        [](const LaunchConfig& c) { return std::to_string(c.gradient_accumulation_steps); }, fine},
       {"num_cpu_threads_per_process", "CPU threads per process (0: cores / processes on this machine)?", always,
        [](const LaunchConfig& c) { return std::to_string(c.num_cpu_threads_per_process); }, fine},
+      {"use_fsdp", "Shard the model across the processes (FullyShardedDataParallel)? (yes/no)", several_processes,
+       [](const LaunchConfig& c) { return std::string(c.fsdp ? "yes" : "no"); }, fine},
+      {"fsdp_sharding_strategy", "Sharding strategy: FULL_SHARD, SHARD_GRAD_OP, SHARD_OPTIMIZER or NO_SHARD?",
+       sharded, [](const LaunchConfig& c) { return fsdp_field(c, "fsdp_sharding_strategy"); }, fine},
+      {"fsdp_auto_wrap_policy", "Auto-wrap policy: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP?", sharded,
+       [](const LaunchConfig& c) { return fsdp_field(c, "fsdp_auto_wrap_policy"); }, fine},
+      {"fsdp_transformer_layer_cls_to_wrap", "Module types to wrap, comma-separated (e.g. BertLayer)?",
+       wraps_by_type, [](const LaunchConfig& c) { return fsdp_field(c, "fsdp_transformer_layer_cls_to_wrap"); },
+       [](const LaunchConfig& c) -> std::string {
+         // The wrapper refuses TRANSFORMER_BASED_WRAP without a type (distributed/flat_param.cpp).
+         if (!c.fsdp->transformer_layer_cls_to_wrap.empty()) return "";
+         return "name at least one module type (the policy wraps nothing else)";
+       }},
+      {"fsdp_min_num_params", "Parameters per wrapped unit (SIZE_BASED_WRAP)?", wraps_by_size,
+       [](const LaunchConfig& c) { return fsdp_field(c, "fsdp_min_num_params"); }, fine},
   };
   return list;
 }
@@ -175,6 +203,7 @@ int config_command(const std::vector<std::string>& args) {
     flag->apply(config, value);
     answered.insert(flag->name);
     if (std::string(flag->name) == "cpu") answered.insert("use_cpu");
+    if (std::string(flag->name).rfind("fsdp_", 0) == 0) answered.insert("use_fsdp");
   }
   if (!yes) {
     for (const Question& q : questions())

@@ -111,7 +111,9 @@ bool main_rank_draws_on_terminal() {
   return (!chosen || !*chosen) && ::isatty(STDERR_FILENO) != 0;
 }
 
-// The launcher's environment with the rank's variables put in place of any inherited ones.
+// The launcher's environment with the rank's variables put in place of any inherited ones. An
+// inherited EMBER_FSDP_* is dropped too: the launcher states every field it does not leave to
+// the default, and one it leaves must not come from the shell.
 std::vector<std::string> environment_for(const LaunchConfig& config, int local_rank) {
   auto variables = distributed::rank_environment(config, local_rank);
   if (local_rank == 0 && main_rank_draws_on_terminal()) variables.emplace_back("EMBER_PROGRESS", "tty");
@@ -120,7 +122,8 @@ std::vector<std::string> environment_for(const LaunchConfig& config, int local_r
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
-    if (!replaced.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
+    const std::string name = entry.substr(0, entry.find('='));
+    if (!replaced.count(name) && name.rfind("EMBER_FSDP_", 0) != 0) env.push_back(entry);
   }
   for (const auto& [name, value] : variables) env.push_back(name + "=" + value);
   return env;
