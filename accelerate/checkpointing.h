@@ -9,6 +9,11 @@
 //   random_states_<rank>.json                            each process's generator state
 //   accelerator_state.json                               world size, loader positions, counters
 //
+// A model under sharded data parallel, and then every optimizer, is saved in pieces instead:
+// model.shard-0000r-of-0000N.safetensors from every process (sharded_checkpoint.h), which any
+// number of processes and any strategy can load. Another number of processes can load every
+// checkpoint.
+//
 // State that is not a tensor is stored as scalars in the safetensors metadata.
 //
 // Writing is atomic for the whole directory: the files go into a hidden temporary directory
@@ -176,9 +181,9 @@ struct CheckpointTargets {
 void write_checkpoint(const std::string& dir, const CheckpointPayload& payload, const AcceleratorState& state);
 
 // Reads checkpoint `dir` for this process. Raises ember::Error naming the directory when it is
-// missing or incomplete, or was written by a different number of processes, and the file and
-// field when an entry of accelerator_state.json or of this process's random_states_<rank>.json
-// is missing or out of range. Reading changes nothing.
+// missing or incomplete, and the file and field when an entry of accelerator_state.json or of this process's random_states_<rank>.json
+// is missing or out of range. Files saved in pieces are opened (headers checked) but not read:
+// read_and_validate_checkpoint assembles them for the targets. Reading changes nothing.
 CheckpointPayload read_checkpoint(const std::string& dir, const AcceleratorState& state);
 
 // load_state in two phases. The first reads checkpoint `dir` (read_checkpoint) and checks every
