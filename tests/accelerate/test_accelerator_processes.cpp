@@ -25,10 +25,7 @@ std::string ember_cli() { return env_or("EMBER_CLI", EMBER_CLI); }
 const char* kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                                "EMBER_MIXED_PRECISION", "EMBER_GRADIENT_ACCUMULATION_STEPS", "EMBER_USE_CPU"};
 
-struct Outcome {
-  int exit_code = -1;  // -1: killed at the deadline or by a signal
-  std::string output;
-};
+using Outcome = ember::testing::ChildOutcome;
 
 // Starts args[0] with the environment minus the job variables plus `extra`, output to `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra,
@@ -41,14 +38,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, st
 
 // Waits for every child until the deadline, kills the rest, returns each one's outcome.
 std::vector<Outcome> wait_all(const std::vector<pid_t>& pids, const std::vector<std::string>& logs) {
-  const auto reaped = ember::testing::reap_all(pids, kDeadline);
-  std::vector<Outcome> out(pids.size());
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (reaped[i].killed) out[i].output = "(killed at the deadline)\n";
-    else if (WIFEXITED(reaped[i].status)) out[i].exit_code = WEXITSTATUS(reaped[i].status);
-    out[i].output += ember::testing::read_text_file(logs[i]);
-  }
-  return out;
+  return ember::testing::collect_outcomes(pids, logs, kDeadline);
 }
 
 class AcceleratorProcesses : public ::testing::Test {
@@ -64,9 +54,7 @@ class AcceleratorProcesses : public ::testing::Test {
       logs.push_back(dir_.file("rank" + std::to_string(r) + "_" + std::to_string(runs_) + ".log"));
       // CPU references are the yardstick: stay on the CPU where a GPU exists.
       std::map<std::string, std::string> env;
-      if (world > 0)
-        env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(r)},
-               {"LOCAL_WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+      if (world > 0) env = ember::testing::rank_environment(r, world, port);
       env["EMBER_USE_CPU"] = "1";
       pids.push_back(spawn(argv, env, logs.back()));
     }

@@ -1,8 +1,6 @@
 // Sharded checkpoints over real processes: saved by 4 processes under FULL_SHARD (and by 2 under
 // DDP), loaded under another world size and strategy, into DDP and into one process, merged by
 // `ember merge-weights`, and refused with a clear error when a shard file is damaged.
-#include <sys/wait.h>
-
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -21,10 +19,7 @@ namespace fs = std::filesystem;
 std::string worker() { return env_or("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/reshard_worker"; }
 std::string ember_cli() { return env_or("EMBER_CLI", EMBER_CLI); }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
+using Outcome = ember::testing::ChildOutcome;
 
 class ShardedCheckpointProcesses : public ::testing::Test {
  protected:
@@ -36,23 +31,15 @@ class ShardedCheckpointProcesses : public ::testing::Test {
     std::vector<std::string> logs;
     for (int r = 0; r < world; ++r) {
       logs.push_back(dir_.file("rank" + std::to_string(r) + "_" + std::to_string(runs_) + ".log"));
-      std::map<std::string, std::optional<std::string>> env = {
-          {"RANK", std::to_string(r)},        {"WORLD_SIZE", std::to_string(world)},
-          {"LOCAL_RANK", std::to_string(r)},  {"LOCAL_WORLD_SIZE", std::to_string(world)},
-          {"MASTER_ADDR", "127.0.0.1"},       {"MASTER_PORT", port},
-          {"EMBER_USE_CPU", "1"},             {"EMBER_MIXED_PRECISION", std::nullopt},
-          {"EMBER_USE_FSDP", std::nullopt},   {"EMBER_GRADIENT_ACCUMULATION_STEPS", std::nullopt}};
+      std::map<std::string, std::optional<std::string>> env = {{"EMBER_USE_CPU", "1"},
+                                                               {"EMBER_MIXED_PRECISION", std::nullopt},
+                                                               {"EMBER_USE_FSDP", std::nullopt},
+                                                               {"EMBER_GRADIENT_ACCUMULATION_STEPS", std::nullopt}};
+      for (const auto& [k, v] : ember::testing::rank_environment(r, world, port)) env[k] = v;
       pids.push_back(ember::testing::spawn_logged(argv, logs.back(), ember::testing::environment_with(env)));
     }
     ++runs_;
-    const auto reaped = ember::testing::reap_all(pids, std::chrono::seconds(120));
-    std::vector<Outcome> out(pids.size());
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (reaped[i].killed) out[i].output = "(killed at the deadline)\n";
-      else if (WIFEXITED(reaped[i].status)) out[i].exit_code = WEXITSTATUS(reaped[i].status);
-      out[i].output += ember::testing::read_text_file(logs[i]);
-    }
-    return out;
+    return ember::testing::collect_outcomes(pids, logs, std::chrono::seconds(120));
   }
 
   static void expect_all(const std::vector<Outcome>& outcomes, const std::string& marker, const std::string& what) {
@@ -90,9 +77,8 @@ TEST_F(ShardedCheckpointProcesses, SavedByFourUnderFullShardLoadsUnderAnySplit) 
   const std::string merged = dir_.file("merged");
   const std::string log = dir_.file("merge.log");
   const pid_t pid = ember::testing::spawn_logged({ember_cli(), "merge-weights", dir + "/ckpt", merged}, log);
-  const auto reaped = ember::testing::reap_all({pid}, std::chrono::seconds(60));
-  ASSERT_TRUE(!reaped[0].killed && WIFEXITED(reaped[0].status) && WEXITSTATUS(reaped[0].status) == 0)
-      << ember::testing::read_text_file(log);
+  const auto merge = ember::testing::collect_outcomes({pid}, {log}, std::chrono::seconds(60));
+  ASSERT_EQ(merge[0].exit_code, 0) << merge[0].output;
   const auto b = ember::nn::load_safetensors(dir + "/saved.safetensors");
   // save_model under FULL_SHARD gathered the same whole model.
   for (const std::string& file : {merged + "/model.safetensors", dir + "/saved_model/model.safetensors"}) {

@@ -123,6 +123,33 @@ inline std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+// How a child ended and what it printed; exit_code is -1 when it was killed (at the deadline
+// or by a signal).
+struct ChildOutcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Waits for the children until `deadline` (reap_all) and reads each one's log.
+inline std::vector<ChildOutcome> collect_outcomes(const std::vector<pid_t>& pids, const std::vector<std::string>& logs,
+                                                  std::chrono::steady_clock::duration deadline) {
+  const auto reaped = reap_all(pids, deadline);
+  std::vector<ChildOutcome> out(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (reaped[i].killed) out[i].output = "(killed at the deadline)\n";
+    else if (WIFEXITED(reaped[i].status)) out[i].exit_code = WEXITSTATUS(reaped[i].status);
+    out[i].output += read_text_file(logs[i]);
+  }
+  return out;
+}
+
+// The variables that make a process rank `rank` of a `world`-process job meeting on loopback.
+inline std::map<std::string, std::string> rank_environment(int rank, int world, const std::string& port) {
+  return {{"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", port}};
+}
+
 // One rank of a job run by run_rank_processes: its log file and how it ended.
 struct RankProcess {
   std::string log;
