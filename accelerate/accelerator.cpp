@@ -320,7 +320,7 @@ Accelerator::SyncGuard Accelerator::accumulate_models(std::vector<const nn::Modu
     gradient_state_->set_sync_gradients(step_ % options_.gradient_accumulation_steps == 0);
   }
   SyncGuard guard;
-  if (gradient_state_->sync_gradients() || num_processes() == 1) return guard;
+  if (gradient_state_->sync_gradients() || num_processes() == 1 || options_.sync_each_batch) return guard;
   if (models.empty())
     for (const auto& m : models_) models.push_back(m.get());
   guard.guards_.reserve(models.size());

@@ -82,7 +82,7 @@ namespace ember::distributed {
 //   mixed_precision, gradient_accumulation_steps, cpu, split_batches, even_batches,
 //   step_scheduler_with_optimizer, log_with, project_dir, total_limit, seed,
 //   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model,
-//   fsdp
+//   fsdp, sync_each_batch
 // New options are added at the end, so initialisers written for an older list still compile.
 struct AcceleratorOptions {
   std::string mixed_precision = "no";  // "no" | "fp16" | "bf16"
@@ -131,6 +131,11 @@ struct AcceleratorOptions {
   // every optimizer step, and routes clip_grad_norm_ and accumulate() to the sharded wrapper.
   // Prepare a model before its optimizers. With one process only mixed precision applies.
   std::optional<FSDPOptions> fsdp = std::nullopt;
+  // Under gradient accumulation, reduce the gradients of every micro-batch instead of keeping
+  // them local until the window's last (Accelerate's GradientAccumulationPlugin(sync_each_batch)).
+  // Slower, but no full-size gradients are kept between micro-batches: under SHARD_GRAD_OP and
+  // FULL_SHARD each rank holds only its gradient shard (4 bytes per parameter less than no_sync).
+  bool sync_each_batch = false;
 };
 
 using tracking::LogValues;

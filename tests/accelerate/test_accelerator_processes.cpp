@@ -105,6 +105,8 @@ TEST_F(AcceleratorProcesses, ShardedDataParallelMatchesTheLargeBatchUnderEachStr
     EXPECT_EQ(std::filesystem::exists(ckpt + "/optimizer.shard-00002-of-00003.safetensors"), sharded) << strategy;
     EXPECT_EQ(std::filesystem::exists(ckpt + "/optimizer.safetensors"), !sharded) << strategy;
   }
+  // sync_each_batch: every micro-batch reduced, the same result.
+  expect_all(run(3, {"fsdp", "SHARD_GRAD_OP", "3", "2", dir_.file("ckpt_each"), "sync_each_batch"}), "fsdp ok");
 }
 
 TEST_F(AcceleratorProcesses, GatherForMetricsSeesEveryValidationSampleOnce) {

@@ -22,8 +22,9 @@
 //                                                 seeded by set_seed, save_pretrained written
 //                                                 once under <dir>, print, a bf16 prepared
 //                                                 model; prints "structures ok"
-//   accel_worker fsdp <strategy> <steps> <batch> <dir>
+//   accel_worker fsdp <strategy> <steps> <batch> <dir> [sync_each_batch]
 //                                                 the accum run under AcceleratorOptions::fsdp
+//                                                 (reducing every micro-batch when asked)
 //                                                 with that sharding strategy, clipping across
 //                                                 shards, then save_state/load_state in <dir>
 //                                                 repeats a step exactly; prints "fsdp ok".
@@ -134,7 +135,7 @@ std::map<std::string, std::vector<float>> values_of(const nn::Module& model) {
 // The accumulation run of run_accum under sharded data parallel: the loop body is unchanged,
 // the Accelerator shards the model, rewrites the optimizer to the shards, gathers after each
 // step and clips across shards.
-int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::string& dir) {
+int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::string& dir, bool sync_each_batch) {
   constexpr int K = 2;
   std::optional<FSDPOptions> chosen;
   if (strategy != "launcher") {
@@ -142,7 +143,7 @@ int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::s
     chosen->sharding_strategy = parse_sharding_strategy(strategy);
     chosen->transformer_layer_cls_to_wrap = {"Linear"};
   }
-  Accelerator acc({.gradient_accumulation_steps = K, .fsdp = chosen});
+  Accelerator acc({.gradient_accumulation_steps = K, .fsdp = chosen, .sync_each_batch = sync_each_batch});
   expect(acc.options().fsdp.has_value(), "the Accelerator shards (from its options or the launcher's variables)");
   const FSDPOptions fsdp = acc.options().fsdp.value_or(FSDPOptions{});
   const int R = acc.num_processes();
@@ -166,6 +167,13 @@ int run_fsdp(const std::string& strategy, int64_t steps, int64_t b, const std::s
     o->step();
     s->step();
     o->zero_grad();
+  }
+  // Every unit reduces once per window, or once per micro-batch under sync_each_batch.
+  if (auto f = acc.fsdp(*model)) {
+    const int64_t per_window = int64_t(f->units().size()) * (sync_each_batch ? K : 1);
+    expect(int64_t(f->comm_stats().buckets_reduced) == steps * per_window,
+           "reductions per window: " + std::to_string(f->comm_stats().buckets_reduced) + " in " +
+               std::to_string(steps) + " windows of " + std::to_string(f->units().size()) + " units");
   }
   const double diff = max_abs_diff(*model, *reference);
   const auto norms = acc.gather(from_vector<double>({last_norm})).to_vector<double>();
@@ -656,7 +664,8 @@ int main(int argc, char** argv) {
     if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
     if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
     if (mode == "amp" && argc == 2) return run_amp();
-    if (mode == "fsdp" && argc == 6) return run_fsdp(argv[2], arg(3), arg(4), argv[5]);
+    if (mode == "fsdp" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "sync_each_batch")))
+      return run_fsdp(argv[2], arg(3), arg(4), argv[5], argc == 7);
     if (mode == "structures" && argc == 3) return run_structures(argv[2]);
     std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
                          "train <project> <out> <total> <stop_at> <resume> | amp | structures <dir>\n");
