@@ -158,6 +158,8 @@ TEST_F(AcceleratorProcesses, AnInfGradientOnOneRankSkipsTheStepOnEveryRank) {
     EXPECT_NE(outcomes[r].output.find("skipped 1 of 2 steps, scale 512"), std::string::npos) << outcomes[r].output;
   // One process: its own inf skips its step.
   expect_all(run(0, {"amp"}), "amp ok");
+  // FULL_SHARD on 3 ranks: the inf is in the last rank's gradient shard only.
+  expect_all(run(3, {"amp_sharded"}), "amp sharded ok");
 }
 
 TEST_F(AcceleratorProcesses, CollectivesOnStructuresSeedsAndSavePretrainedOnTwoRanks) {

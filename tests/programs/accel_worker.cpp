@@ -17,6 +17,9 @@
 //                                                 and every rank skips that step (the scaler's
 //                                                 found-inf flag is agreed across processes),
 //                                                 then steps together; prints "amp ok"
+//   accel_worker amp_sharded                      the same under FULL_SHARD: an inf in one rank's
+//                                                 shard gradient skips the step everywhere;
+//                                                 prints "amp sharded ok"
 //   accel_worker structures <dir>                 collectives on tuples, vectors and Batches,
 //                                                 pad_across_processes along one dim, loaders
 //                                                 seeded by set_seed, save_pretrained written
@@ -475,6 +478,63 @@ int run_amp() {
   return failed ? 1 : 0;
 }
 
+// fp16 loss scaling over FULL_SHARD: only the last rank's shard gradient of one parameter is
+// made inf, and every rank skips the step (found-inf agreed across ranks), then steps together.
+int run_amp_sharded() {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  FSDPOptions fsdp;
+  fsdp.sharding_strategy = ShardingStrategy::FULL_SHARD;
+  fsdp.transformer_layer_cls_to_wrap = {"Linear"};
+  Accelerator acc({.mixed_precision = "fp16", .scaler = {.init_scale = 1024.0}, .fsdp = fsdp});
+  const int R = acc.num_processes(), rank = acc.process_index();
+  auto model = make_mlp(31);
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  auto [m, o] = acc.prepare(model, opt);
+  auto sharded = acc.fsdp(*model);
+  expect(sharded != nullptr, "prepare sharded the model");
+  if (!sharded) return 1;
+  auto whole = [&] {
+    std::vector<float> out;
+    for (auto& [name, t] : sharded->full_state_dict())
+      for (float v : t.to_vector<float>()) out.push_back(v);
+    return out;
+  };
+  auto [x, y] = batch_rows(0, 4 * R, 4 * rank, 4);
+  for (int it = 0; it < 2; ++it) {
+    const std::vector<float> before = whole();
+    {
+      auto ac = acc.autocast();
+      acc.backward(nn::functional::mse_loss(m->forward(x), y));
+    }
+    if (it == 0 && rank == R - 1)
+      for (auto& p : o->param_groups()[0].params)
+        if (p.numel() > 0 && p.grad().defined()) {
+          p.grad().fill_(kInf);
+          break;
+        }
+    o->step();
+    o->zero_grad();
+    const bool skipped = acc.optimizer_step_was_skipped();
+    const std::vector<float> after = whole();
+    if (it == 0) {
+      expect(skipped, "the step is skipped on every rank");
+      expect(after == before, "a skipped step leaves every shard");
+      expect(acc.scaler()->get_scale() == 512.0, "every rank backs off the scale");
+    } else {
+      expect(!skipped && after != before, "the clean step is taken and moves the parameters");
+    }
+  }
+  const std::vector<float> mine = whole();
+  Tensor all = acc.gather(from_vector<float>(mine, {1, int64_t(mine.size())}));
+  bool identical = true;
+  for (int r = 1; r < R; ++r) identical = identical && all.select(0, r).to_vector<float>() == all.select(0, 0).to_vector<float>();
+  expect(identical, "every rank gathers the same parameters");
+  std::printf("rank %d amp under FULL_SHARD: scale %g\n", rank, acc.scaler()->get_scale());
+  acc.wait_for_everyone();
+  if (!failed) std::printf("amp sharded ok\n");
+  return failed ? 1 : 0;
+}
+
 // The samples of one epoch of a prepared loader as all processes see them together, in order.
 std::vector<int64_t> epoch_order(Accelerator& acc, AcceleratedDataLoader& l) {
   std::vector<int64_t> order;
@@ -664,6 +724,7 @@ int main(int argc, char** argv) {
     if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
     if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
     if (mode == "amp" && argc == 2) return run_amp();
+    if (mode == "amp_sharded" && argc == 2) return run_amp_sharded();
     if (mode == "fsdp" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "sync_each_batch")))
       return run_fsdp(argv[2], arg(3), arg(4), argv[5], argc == 7);
     if (mode == "structures" && argc == 3) return run_structures(argv[2]);
