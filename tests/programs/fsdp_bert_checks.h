@@ -190,7 +190,7 @@ inline std::shared_ptr<distributed::FullyShardedDataParallel> train_sharded_deep
 }
 
 inline bool check_memory_cap(const std::shared_ptr<ProcessGroup>& pg) {
-  const int world = pg->size(), rank = pg->rank();
+  const int rank = pg->rank();
   const optim::AdamWOptions adamw{.lr = 1e-3};
   HostValues reference;
   int64_t psi = 0;
