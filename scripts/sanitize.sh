@@ -25,7 +25,8 @@ ASAN_CI_TESTS=(test_tensor_core test_autocast test_parallel test_engine test_eng
   test_sharded_loader test_optim test_grad_scaler test_adam_multi_tensor test_accelerator
   test_tcp_store test_shape_overflow test_allocator_oom test_config_bounds test_atomic_load
   test_optimizer_load_validation test_load_state_atomic test_version_counter test_checkpoint
-  test_hooks test_ddp_hooks test_bert_modules test_pretrained_model test_allocator_limit)
+  test_hooks test_ddp_hooks test_bert_modules test_pretrained_model test_allocator_limit
+  test_sharded_state test_fsdp_env)
 # CI's ThreadSanitizer set: the code that shares memory between threads: the thread pool and
 # parallel_for, DataLoader workers and the sharded loader, the TCP store's server and clients,
 # rendezvous, Gloo process groups (asynchronous work) and DDP's bucketed all-reduce overlap.
