@@ -46,7 +46,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, args, bert_args, port):
+def train_rank(rank, args, bert_args, port, wrap, report):
+    """One rank of a weak-scaling run (fsdp_scaling_peer.py shares it): joins the Gloo group,
+    builds the model, wrap(model, world) -> (module to call, optimizer), trains warmup + steps
+    on this rank's own batches and calls report(times, torch) with the timed steps' ms, each the
+    slowest rank's."""
     peer.pin_thread_pools(args.threads)
     import torch
     import torch.distributed as dist
@@ -57,10 +61,7 @@ def worker(rank, args, bert_args, port):
     torch.manual_seed(args.seed)
     model = peer.build_model(bert_args)
     model.train()
-    net = model
-    if world > 1:
-        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    net, optimizer = wrap(model, world)
     generator = torch.Generator().manual_seed(args.seed + 1 + 1000 * rank)
     times = []
     for step in range(args.warmup + args.steps):
@@ -78,21 +79,14 @@ def worker(rank, args, bert_args, port):
         t = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         times = t.tolist()
-    if rank == 0:
-        median = statistics.median(times)
-        print(json.dumps({
-            "kind": "result", "framework": "pytorch", "task": args.task, "world_size": world,
-            "threads": args.threads, "layers": bert_args.layers, "hidden": bert_args.hidden,
-            "batch_per_rank": args.batch, "seq": args.seq, "steps": args.steps,
-            "median_step_ms": round(median, 2),
-            "tokens_per_s": round(args.batch * args.seq * world / (median / 1e3), 1),
-            "torch": torch.__version__}), flush=True)
+    report(times, torch)
     if world > 1:
         dist.destroy_process_group()
 
 
-def main(argv=None):
-    args, bert_args = parse(sys.argv[1:] if argv is None else argv)
+def run_ranks(worker, args, bert_args):
+    """Runs worker(rank, args, bert_args, port) in this process (one rank) or in
+    --world-size spawned processes."""
     port = free_port()
     if args.world_size == 1:
         worker(0, args, bert_args, port)
@@ -100,6 +94,32 @@ def main(argv=None):
     import torch.multiprocessing as mp
     mp.spawn(worker, args=(args, bert_args, port), nprocs=args.world_size, join=True)
     return 0
+
+
+def worker(rank, args, bert_args, port):
+    def wrap(model, world):
+        import torch
+        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb) if world > 1 else model
+        return net, torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def report(times, torch):
+        if rank != 0:
+            return
+        median = statistics.median(times)
+        print(json.dumps({
+            "kind": "result", "framework": "pytorch", "task": args.task, "world_size": args.world_size,
+            "threads": args.threads, "layers": bert_args.layers, "hidden": bert_args.hidden,
+            "batch_per_rank": args.batch, "seq": args.seq, "steps": args.steps,
+            "median_step_ms": round(median, 2),
+            "tokens_per_s": round(args.batch * args.seq * args.world_size / (median / 1e3), 1),
+            "torch": torch.__version__}), flush=True)
+
+    train_rank(rank, args, bert_args, port, wrap, report)
+
+
+def main(argv=None):
+    args, bert_args = parse(sys.argv[1:] if argv is None else argv)
+    return run_ranks(worker, args, bert_args)
 
 
 if __name__ == "__main__":
