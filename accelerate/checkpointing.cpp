@@ -424,9 +424,10 @@ void resolve_pieces(CheckpointPayload& saved, const CheckpointTargets& t, const 
   for (size_t i = 0; i < saved.models.size(); ++i) {
     const std::optional<PieceReader>& pieces = saved.saved_model_pieces[i];
     if (FullyShardedDataParallel* f = sharding_of(t, i)) {
-      const PieceReader whole =
-          pieces ? *pieces : PieceReader::from_tensors(saved.models[i], {}, prefix + checkpoint_file_name("model", i));
-      saved.model_pieces[i] = assemble_model_pieces(pieces ? *pieces : whole, *f);
+      saved.model_pieces[i] =
+          pieces ? assemble_model_pieces(*pieces, *f)
+                 : assemble_model_pieces(
+                       PieceReader::from_tensors(saved.models[i], {}, prefix + checkpoint_file_name("model", i)), *f);
       saved.models[i].clear();
     } else if (pieces) {
       saved.models[i] = assemble_whole_model(*pieces);

@@ -99,11 +99,12 @@ void PieceReader::check_coverage() const {
 PieceReader PieceReader::open_shards(const std::vector<std::string>& files) {
   PieceReader r;
   r.files_ = files;
+  r.headers_.reserve(files.size());  // the loop keeps a reference to the newest
   r.source_ = files.empty() ? std::string("no files") : files.front() + (files.size() > 1 ? " ..." : "");
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& f = files[i];
     EMBER_CHECK(std::filesystem::exists(f), "load_state: ", f, " is missing");
-    const nn::SafetensorsHeader h = nn::read_safetensors_header(f);
+    const nn::SafetensorsHeader& h = r.headers_.emplace_back(nn::read_safetensors_header(f));
     const auto meta = h.metadata.find(kPiecesKey);
     EMBER_CHECK(meta != h.metadata.end(), "load_state: ", f, " has no '", kPiecesKey,
                 "' metadata, so it is not a shard file of a sharded checkpoint");
@@ -137,8 +138,8 @@ PieceReader PieceReader::open_shards(const std::vector<std::string>& files) {
 
 PieceReader PieceReader::open_whole(const std::string& file) {
   EMBER_CHECK(std::filesystem::exists(file), "load_state: ", file, " is missing");
-  const nn::SafetensorsHeader h = nn::read_safetensors_header(file);
   PieceReader r;
+  const nn::SafetensorsHeader& h = r.headers_.emplace_back(nn::read_safetensors_header(file));
   r.files_ = {file};
   r.source_ = file;
   for (const auto& [key, entry] : h.tensors)
@@ -186,7 +187,8 @@ Tensor PieceReader::read(const std::string& key, int64_t first, int64_t numel) c
   for (const Part& p : g.parts) {
     const int64_t lo = std::max(first, p.first), hi = std::min(first + numel, p.first + p.numel);
     if (lo >= hi) continue;
-    Tensor src = p.file >= 0 ? nn::load_safetensors_range(files_[size_t(p.file)], key, lo - p.first, hi - lo)
+    Tensor src = p.file >= 0 ? nn::load_safetensors_range(files_[size_t(p.file)], headers_[size_t(p.file)], key,
+                                                          lo - p.first, hi - lo)
                              : p.values.narrow(0, lo - p.first, hi - lo);
     out.narrow(0, lo - first, hi - lo).copy_(src);
   }

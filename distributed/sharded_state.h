@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/io/safetensors.h"
 
 namespace ember::distributed {
 
@@ -89,6 +90,7 @@ class PieceReader {
   void check_coverage() const;
 
   std::vector<std::string> files_;
+  std::vector<nn::SafetensorsHeader> headers_;  // parallel to files_, read once when opened
   std::map<std::string, Global> tensors_;
   std::map<std::string, double> scalars_;
   std::string source_;

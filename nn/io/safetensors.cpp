@@ -317,9 +317,13 @@ SafetensorsFile load_safetensors_with_metadata(const std::string& path) {
 }
 
 Tensor load_safetensors_range(const std::string& path, const std::string& name, int64_t first, int64_t numel) {
+  return load_safetensors_range(path, read_safetensors_header(path), name, first, numel);
+}
+
+Tensor load_safetensors_range(const std::string& path, const SafetensorsHeader& header, const std::string& name,
+                              int64_t first, int64_t numel) {
   const std::string where = load_where(path);
   InputFile file(path, where);
-  const SafetensorsHeader header = read_header(file, where);
   const auto it = header.tensors.find(name);
   EMBER_CHECK(it != header.tensors.end(), where, "no tensor '", shown(name), "'");
   const SafetensorsEntry& e = it->second;

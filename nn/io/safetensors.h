@@ -55,6 +55,10 @@ SafetensorsFile load_safetensors_with_metadata(const std::string& path);
 // tensor of its dtype: only those bytes are read (sharded checkpoints read the parts of other
 // ranks' files they need). The header is read and the file's layout checked first.
 Tensor load_safetensors_range(const std::string& path, const std::string& name, int64_t first, int64_t numel);
+// The same with the file's header already read (read_safetensors_header), for many reads of
+// one file; a file that has since become shorter raises naming it.
+Tensor load_safetensors_range(const std::string& path, const SafetensorsHeader& header, const std::string& name,
+                              int64_t first, int64_t numel);
 
 // Writes `tensors` (any device, any strides; copied to contiguous host memory one at a time)
 // atomically: a temporary file beside `path`, fsync, rename, fsync of the directory. A write
