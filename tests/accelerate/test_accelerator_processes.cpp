@@ -47,19 +47,11 @@ class AcceleratorProcesses : public ::testing::Test {
   std::vector<Outcome> run(int world, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {worker()};
     argv.insert(argv.end(), args.begin(), args.end());
-    const std::string port = std::to_string(free_port());
-    std::vector<pid_t> pids;
-    std::vector<std::string> logs;
-    for (int r = 0; r < std::max(world, 1); ++r) {
-      logs.push_back(dir_.file("rank" + std::to_string(r) + "_" + std::to_string(runs_) + ".log"));
-      // CPU references are the yardstick: stay on the CPU where a GPU exists.
-      std::map<std::string, std::string> env;
-      if (world > 0) env = ember::testing::rank_environment(r, world, port);
-      env["EMBER_USE_CPU"] = "1";
-      pids.push_back(spawn(argv, env, logs.back()));
-    }
-    ++runs_;
-    return wait_all(pids, logs);
+    std::map<std::string, std::optional<std::string>> env;
+    for (const char* v : kJobVariables) env[v] = std::nullopt;
+    env["EMBER_USE_CPU"] = "1";  // CPU references are the yardstick: stay on the CPU where a GPU exists
+    const std::string logs = dir_.file("run" + std::to_string(runs_++) + "_rank");
+    return ember::testing::run_loopback_job(argv, world, logs, env, kDeadline);
   }
 
   static void expect_all(const std::vector<Outcome>& outcomes, const std::string& marker) {

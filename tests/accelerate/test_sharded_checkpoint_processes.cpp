@@ -13,7 +13,6 @@
 namespace {
 
 using ember::testing::env_or;
-using ember::testing::free_port;
 namespace fs = std::filesystem;
 
 std::string worker() { return env_or("EMBER_TEST_PROGRAMS", EMBER_TEST_PROGRAMS) + "/reshard_worker"; }
@@ -26,20 +25,12 @@ class ShardedCheckpointProcesses : public ::testing::Test {
   std::vector<Outcome> run(int world, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {worker()};
     argv.insert(argv.end(), args.begin(), args.end());
-    const std::string port = std::to_string(free_port());
-    std::vector<pid_t> pids;
-    std::vector<std::string> logs;
-    for (int r = 0; r < world; ++r) {
-      logs.push_back(dir_.file("rank" + std::to_string(r) + "_" + std::to_string(runs_) + ".log"));
-      std::map<std::string, std::optional<std::string>> env = {{"EMBER_USE_CPU", "1"},
-                                                               {"EMBER_MIXED_PRECISION", std::nullopt},
-                                                               {"EMBER_USE_FSDP", std::nullopt},
-                                                               {"EMBER_GRADIENT_ACCUMULATION_STEPS", std::nullopt}};
-      for (const auto& [k, v] : ember::testing::rank_environment(r, world, port)) env[k] = v;
-      pids.push_back(ember::testing::spawn_logged(argv, logs.back(), ember::testing::environment_with(env)));
-    }
-    ++runs_;
-    return ember::testing::collect_outcomes(pids, logs, std::chrono::seconds(120));
+    const std::map<std::string, std::optional<std::string>> env = {{"EMBER_USE_CPU", "1"},
+                                                                   {"EMBER_MIXED_PRECISION", std::nullopt},
+                                                                   {"EMBER_USE_FSDP", std::nullopt},
+                                                                   {"EMBER_GRADIENT_ACCUMULATION_STEPS", std::nullopt}};
+    const std::string logs = dir_.file("run" + std::to_string(runs_++) + "_rank");
+    return ember::testing::run_loopback_job(argv, world, logs, env, std::chrono::seconds(120));
   }
 
   static void expect_all(const std::vector<Outcome>& outcomes, const std::string& marker, const std::string& what) {

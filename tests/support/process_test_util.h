@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -148,6 +149,26 @@ inline std::map<std::string, std::string> rank_environment(int rank, int world, 
   return {{"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(world)},
           {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
           {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", port}};
+}
+
+// Starts `argv` as the ranks of a `world`-process job on loopback (a free port; world 0: one
+// process without rank variables), each with the environment changed by `env` plus its rank
+// variables, its output in log_prefix + "<rank>.log"; waits until `deadline`.
+inline std::vector<ChildOutcome> run_loopback_job(const std::vector<std::string>& argv, int world,
+                                                  const std::string& log_prefix,
+                                                  const std::map<std::string, std::optional<std::string>>& env,
+                                                  std::chrono::steady_clock::duration deadline) {
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (int r = 0; r < std::max(world, 1); ++r) {
+    logs.push_back(log_prefix + std::to_string(r) + ".log");
+    auto changes = env;
+    if (world > 0)
+      for (const auto& [k, v] : rank_environment(r, world, port)) changes[k] = v;
+    pids.push_back(spawn_logged(argv, logs.back(), environment_with(changes)));
+  }
+  return collect_outcomes(pids, logs, deadline);
 }
 
 // One rank of a job run by run_rank_processes: its log file and how it ended.
