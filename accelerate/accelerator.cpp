@@ -144,6 +144,11 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
           for (const auto& q : model->parameters())
             EMBER_CHECK(p.impl() != q.impl(), "Accelerator::prepare: under fsdp, prepare a model before its optimizer "
                         "(pass the model first): the optimizer must be given the parameters' shards");
+    const std::optional<DType> pd = options_.fsdp->mixed_precision.param_dtype;
+    const std::string& mp = options_.mixed_precision;
+    EMBER_CHECK(!pd || *pd == DType::f32 || (*pd == DType::bf16 && mp == "bf16") || (*pd == DType::f16 && mp == "fp16"),
+                "Accelerator::prepare: fsdp param_dtype ", pd ? dtype_name(*pd) : "", " needs mixed_precision '",
+                pd && *pd == DType::f16 ? "fp16" : "bf16", "' (the forward runs under its autocast), got '", mp, "'");
     sharded = FullyShardedDataParallel::create(model, state_->process_group(), *options_.fsdp);
   } else if (num_processes() > 1) {
     wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);

@@ -12,6 +12,7 @@
 //   EMBER_FSDP_ACTIVATION_CHECKPOINTING   true|false
 //   EMBER_FSDP_STATE_DICT_TYPE            SHARDED_STATE_DICT|FULL_STATE_DICT
 //   EMBER_FSDP_REDUCE_DTYPE               f32|bf16|f16
+//   EMBER_FSDP_PARAM_DTYPE                f32|bf16|f16 (FULL_SHARD only)
 //   EMBER_FSDP_OFFLOAD_PARAMS             false (true is refused: not supported yet); also
 //                                         read as EMBER_FSDP_CPU_OFFLOAD
 //

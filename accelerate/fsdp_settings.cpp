@@ -44,8 +44,8 @@ const std::initializer_list<std::pair<const char*, BackwardPrefetch>> kBackwardP
     {"BACKWARD_PRE", BackwardPrefetch::BACKWARD_PRE}, {"NO_PREFETCH", BackwardPrefetch::NO_PREFETCH}};
 const std::initializer_list<std::pair<const char*, StateDictType>> kStateDictTypes = {
     {"SHARDED_STATE_DICT", StateDictType::SHARDED_STATE_DICT}, {"FULL_STATE_DICT", StateDictType::FULL_STATE_DICT}};
-// The dtypes gradients may be reduced in (FSDPMixedPrecision::reduce_dtype).
-const std::initializer_list<std::pair<const char*, DType>> kReduceDtypes = {
+// The dtypes of FSDPMixedPrecision: the compute copy's and the reduction's.
+const std::initializer_list<std::pair<const char*, DType>> kFloatDtypes = {
     {"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
 
 std::string bool_text(bool value) { return value ? "true" : "false"; }
@@ -134,9 +134,16 @@ const std::vector<FSDPSetting>& fsdp_settings() {
        [](FSDPOptions& o, const std::string& v) { o.state_dict_type = parse_choice(v, kStateDictTypes); },
        [](const FSDPOptions& o) -> std::optional<std::string> { return choice_name(o.state_dict_type, kStateDictTypes); }},
       {"fsdp_reduce_dtype", "EMBER_FSDP_REDUCE_DTYPE", "f32|bf16|f16", "dtype gradients are averaged in (default f32)",
-       [](FSDPOptions& o, const std::string& v) { o.mixed_precision.reduce_dtype = parse_choice(v, kReduceDtypes); },
+       [](FSDPOptions& o, const std::string& v) { o.mixed_precision.reduce_dtype = parse_choice(v, kFloatDtypes); },
        [](const FSDPOptions& o) -> std::optional<std::string> {
-         return choice_name(o.mixed_precision.reduce_dtype, kReduceDtypes);
+         return choice_name(o.mixed_precision.reduce_dtype, kFloatDtypes);
+       }},
+      {"fsdp_param_dtype", "EMBER_FSDP_PARAM_DTYPE", "f32|bf16|f16",
+       "dtype of FULL_SHARD's gathered compute copy (default f32)",
+       [](FSDPOptions& o, const std::string& v) { o.mixed_precision.param_dtype = parse_choice(v, kFloatDtypes); },
+       [](const FSDPOptions& o) -> std::optional<std::string> {
+         if (!o.mixed_precision.param_dtype) return std::nullopt;
+         return choice_name(*o.mixed_precision.param_dtype, kFloatDtypes);
        }},
       // Accelerate's name for cpu_offload, which FSDPOptions declares but the sharded wrapper
       // does not implement yet: refused when on rather than ignored.

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "autograd/engine.h"
+#include "core/autocast.h"
 #include "autograd/node.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
@@ -45,10 +46,12 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
 // instead, and flat_param's memory exists only while the unit is gathered.
 struct FullyShardedDataParallel::Unit {
   enum class State { Gathered, Gathering, Released };
-  Tensor flat_param;               // f32 [padded]
+  Tensor flat_param;               // [padded]: f32, or FULL_SHARD's param_dtype
   Tensor shard;                    // FULL_SHARD: f32 [shard_numel], the master copy
   State state = State::Gathered;
   std::shared_ptr<Work> gather_work;
+  Tensor gather_source;            // the shard cast to param_dtype, read by the gather in flight
+  Tensor full_f32;                 // inside summon_full_params under a lower param_dtype
   nn::Module* module = nullptr;    // FULL_SHARD: the wrapped module whose hooks gather
   Tensor flat_grad;                // f32 [padded]: kept across steps under SHARD_OPTIMIZER, else per pass
   std::vector<Tensor> shard_views; // one per parameter, 1-D, maybe empty
@@ -91,10 +94,13 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   EMBER_CHECK(model_ != nullptr, who, ": model is null");
   EMBER_CHECK(pg_ != nullptr, who, ": process group is null");
   const auto& pd = options_.mixed_precision.param_dtype;
-  EMBER_CHECK(!pd || *pd == DType::f32, who, ": param_dtype ", pd ? dtype_name(*pd) : "", " under ",
+  EMBER_CHECK(!pd || *pd == DType::f32 || *pd == DType::bf16 || *pd == DType::f16, who,
+              ": param_dtype must be f32, bf16 or f16, got ", pd ? dtype_name(*pd) : "");
+  EMBER_CHECK(!pd || *pd == DType::f32 || full_shard(), who, ": param_dtype ", pd ? dtype_name(*pd) : "", " under ",
               sharding_strategy_name(options_.sharding_strategy),
-              ": every strategy gathers and computes on f32 parameters; run the forward under autocast "
-              "(AutocastGuard, or the Accelerator's mixed_precision) for bf16/f16 compute");
+              ": only FULL_SHARD gathers a lower-precision compute copy; the replicated strategies keep f32 "
+              "parameters, so run their forward under autocast (AutocastGuard, or the Accelerator's "
+              "mixed_precision) for bf16/f16 compute");
   const DType rd = options_.mixed_precision.reduce_dtype;
   EMBER_CHECK(rd == DType::f32 || rd == DType::bf16 || rd == DType::f16, who, ": reduce_dtype must be f32, bf16 or "
               "f16, got ", dtype_name(rd));
@@ -134,6 +140,18 @@ std::pair<int64_t, int64_t> FullyShardedDataParallel::owned_range(const UnitLayo
   return {r * u.shard_numel, (r + 1) * u.shard_numel};
 }
 
+DType FullyShardedDataParallel::compute_dtype() const {
+  return full_shard() ? options_.mixed_precision.param_dtype.value_or(DType::f32) : DType::f32;
+}
+
+void FullyShardedDataParallel::bind_parameters(size_t u, const Tensor& flat) {
+  for (const FlatParamEntry& e : layouts_[u].params) {
+    Tensor param = e.param;
+    const Shape shape = param.shape();
+    nn::replace_data(param, make_view(flat, shape, contiguous_strides(shape), e.offset));
+  }
+}
+
 void FullyShardedDataParallel::build_units() {
   NoGradGuard no_grad;
   for (const UnitLayout& layout : layouts_) {
@@ -161,6 +179,11 @@ void FullyShardedDataParallel::build_units() {
       unit->shard_views.push_back(view);
     }
     if (full_shard()) {
+      if (compute_dtype() != DType::f32) {
+        // The parameters become views of a param_dtype buffer: what forward and backward see.
+        unit->flat_param = make_tensor({layout.padded_numel}, compute_dtype(), Device::cpu());
+        bind_parameters(units_.size(), unit->flat_param);
+      }
       unit->flat_param.impl()->storage->release_memory();
       unit->state = Unit::State::Released;
     }
@@ -295,13 +318,16 @@ void FullyShardedDataParallel::gather(size_t u) {
   NoGradGuard no_grad;
   unit.flat_param.impl()->storage->restore_memory();
   try {
-    unit.gather_work = pg_->allgather_into(unit.flat_param, unit.shard);
+    // Under a lower param_dtype the shard is cast first: the traffic is in param_dtype too.
+    unit.gather_source = compute_dtype() == DType::f32 ? unit.shard : unit.shard.to(compute_dtype());
+    unit.gather_work = pg_->allgather_into(unit.flat_param, unit.gather_source);
   } catch (...) {
+    unit.gather_source = Tensor();
     unit.flat_param.impl()->storage->release_memory();
     throw;
   }
   unit.state = Unit::State::Gathering;
-  bytes_gathered_ += layouts_[u].padded_numel * 4;
+  bytes_gathered_ += layouts_[u].padded_numel * int64_t(dtype_size(compute_dtype()));
 }
 
 void FullyShardedDataParallel::ensure_gathered(size_t u) {
@@ -310,6 +336,7 @@ void FullyShardedDataParallel::ensure_gathered(size_t u) {
   gather(u);
   std::shared_ptr<Work> w = std::move(unit.gather_work);
   w->wait();
+  unit.gather_source = Tensor();
   unit.state = Unit::State::Gathered;
 }
 
@@ -320,6 +347,7 @@ void FullyShardedDataParallel::reshard(size_t u) {
     // The collective writes into the memory: it must be done before the memory goes back.
     unit.state = Unit::State::Gathered;
     w->wait();
+    unit.gather_source = Tensor();
   }
   unit.flat_param.impl()->storage->release_memory();
   unit.state = Unit::State::Released;
@@ -340,6 +368,13 @@ std::optional<size_t> FullyShardedDataParallel::neighbour(size_t u, int step) co
 }
 
 void FullyShardedDataParallel::pre_forward(size_t u) {
+  const DType cd = compute_dtype();
+  // The inputs stay f32 (no cast of forward inputs): autocast is what lets f32 activations
+  // meet param_dtype weights, so without it the first op would fail on mixed dtypes.
+  EMBER_CHECK(cd == DType::f32 || autograd::in_backward() || (autocast_enabled(DeviceType::CPU) && autocast_dtype(DeviceType::CPU) == cd),
+              "sharded data parallel: unit '", layouts_[u].display_name(), "' computes in param_dtype ",
+              dtype_name(cd), ": run the forward under AutocastGuard(DeviceType::CPU, ", dtype_name(cd),
+              ") (the Accelerator's mixed_precision \"", cd == DType::bf16 ? "bf16" : "fp16", "\" does)");
   ensure_gathered(u);
   if (autograd::in_backward()) {
     // A checkpointed block recomputing its forward: backward is at this unit.
@@ -583,6 +618,22 @@ FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(FullyShardedDataParal
   EMBER_CHECK(!f.pass_active_, "sharded data parallel: summon_full_params inside a backward pass");
   f.sync_parameters();
   if (!f.full_shard()) return;
+  if (f.compute_dtype() != DType::f32) {
+    // The full values in f32, not the param_dtype copy: what the caller reads and writes back
+    // is the master shards' precision. The parameters view the f32 copies until the guard ends.
+    NoGradGuard no_grad;
+    std::vector<std::shared_ptr<Work>> works;
+    for (size_t u = 0; u < f.units_.size(); ++u) {
+      f.reshard(u);
+      Unit& unit = *f.units_[u];
+      unit.full_f32 = zeros({f.layouts_[u].padded_numel});
+      works.push_back(f.pg_->allgather_into(unit.full_f32, unit.shard));
+      f.bytes_gathered_ += f.layouts_[u].padded_numel * 4;
+    }
+    for (auto& w : works) w->wait();
+    for (size_t u = 0; u < f.units_.size(); ++u) f.bind_parameters(u, f.units_[u]->full_f32);
+    return;
+  }
   for (size_t u = 0; u < f.units_.size(); ++u)
     if (f.units_[u]->state != Unit::State::Gathered) released_.push_back(u);
   for (size_t u : released_) f.gather(u);
@@ -592,12 +643,19 @@ FullyShardedDataParallel::FullParamsGuard::FullParamsGuard(FullyShardedDataParal
 FullyShardedDataParallel::FullParamsGuard::~FullParamsGuard() {
   if (!f_ || !f_->full_shard()) return;
   NoGradGuard no_grad;
+  const bool f32_copies = f_->compute_dtype() != DType::f32;
   try {
     if (writeback_)
       for (size_t u = 0; u < f_->units_.size(); ++u) {
         Unit& unit = *f_->units_[u];
         const int64_t s = f_->layouts_[u].shard_numel;
-        unit.shard.copy_(unit.flat_param.narrow(0, int64_t(f_->pg_->rank()) * s, s));
+        const Tensor& full = f32_copies ? unit.full_f32 : unit.flat_param;
+        unit.shard.copy_(full.narrow(0, int64_t(f_->pg_->rank()) * s, s));
+      }
+    if (f32_copies)
+      for (size_t u = 0; u < f_->units_.size(); ++u) {
+        f_->bind_parameters(u, f_->units_[u]->flat_param);
+        f_->units_[u]->full_f32 = Tensor();
       }
     for (size_t u : released_) f_->reshard(u);
   } catch (...) {

@@ -156,6 +156,10 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   std::pair<int64_t, int64_t> owned_range(const UnitLayout& u) const;
 
   bool full_shard() const { return options_.sharding_strategy == ShardingStrategy::FULL_SHARD; }
+  // The dtype of the gathered parameters: FULL_SHARD's param_dtype, else f32.
+  DType compute_dtype() const;
+  // Makes unit u's parameters views of `flat` (its layout's offsets), keeping their identity.
+  void bind_parameters(size_t u, const Tensor& flat);
   bool reshards_after_forward(size_t unit) const;
   // FULL_SHARD gathering: gather issues the unit's all-gather (no-op when it holds memory or one
   // is in flight), ensure_gathered also waits for it, reshard frees the memory again.

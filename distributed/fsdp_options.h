@@ -24,8 +24,11 @@ const char* sharding_strategy_name(ShardingStrategy s);
 ShardingStrategy parse_sharding_strategy(const std::string& name);
 
 struct FSDPMixedPrecision {
-  // The dtype of the compute copy of the parameters. Unset: f32 (the Accelerator fills it from
-  // its mixed_precision). Stages 1 and 2 compute under autocast over f32 parameters.
+  // The dtype of the compute copy of the parameters (f32, bf16 or f16). Unset means f32.
+  // FULL_SHARD casts each shard to it before the all-gather, so the gathered parameters,
+  // their per-parameter gradients and the gather traffic are in it; the master shards, the
+  // optimizer and the reduction (reduce_dtype) stay in theirs. The replicated strategies
+  // accept only f32 and compute in bf16/f16 under autocast (the Accelerator's mixed_precision).
   std::optional<DType> param_dtype;
   // The dtype gradients travel and are averaged in; f32 by default (bf16 reductions have been
   // reported to destabilise training at scale). Shard gradients and master shards are f32.

@@ -80,6 +80,7 @@ TEST_F(FSDPEnvTest, EveryVariableIsRead) {
            {"EMBER_FSDP_ACTIVATION_CHECKPOINTING", "1"},
            {"EMBER_FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT"},
            {"EMBER_FSDP_REDUCE_DTYPE", "bf16"},
+           {"EMBER_FSDP_PARAM_DTYPE", "f16"},
            {"EMBER_FSDP_OFFLOAD_PARAMS", "false"}});
   const FSDPOptions o = *fsdp_options_from_env();
   EXPECT_EQ(o.sharding_strategy, ShardingStrategy::SHARD_GRAD_OP);
@@ -93,6 +94,7 @@ TEST_F(FSDPEnvTest, EveryVariableIsRead) {
   EXPECT_TRUE(o.activation_checkpointing);
   EXPECT_EQ(o.state_dict_type, StateDictType::FULL_STATE_DICT);
   EXPECT_EQ(o.mixed_precision.reduce_dtype, DType::bf16);
+  EXPECT_EQ(o.mixed_precision.param_dtype, DType::f16);
   EXPECT_FALSE(o.cpu_offload);
 }
 

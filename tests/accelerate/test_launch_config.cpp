@@ -301,7 +301,7 @@ TEST(LaunchConfig, FsdpConfigRoundTripsThroughYaml) {
                               .reshard_after_forward = false,
                               .forward_prefetch = false,
                               .backward_prefetch = BackwardPrefetch::NO_PREFETCH,
-                              .mixed_precision = {.reduce_dtype = DType::bf16},
+                              .mixed_precision = {.param_dtype = DType::bf16, .reduce_dtype = DType::bf16},
                               .activation_checkpointing = true,
                               .state_dict_type = StateDictType::FULL_STATE_DICT};
   cases[2].fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::NO_SHARD};  // one process
@@ -319,7 +319,7 @@ TEST(LaunchConfig, FsdpConfigRoundTripsThroughYaml) {
         "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP", "  fsdp_transformer_layer_cls_to_wrap: BertLayer,BertPooler",
         "  fsdp_min_num_params: 4096", "  fsdp_reshard_after_forward: false", "  fsdp_forward_prefetch: false",
         "  fsdp_backward_prefetch: NO_PREFETCH", "  fsdp_activation_checkpointing: true",
-        "  fsdp_state_dict_type: FULL_STATE_DICT", "  fsdp_reduce_dtype: bf16"})
+        "  fsdp_state_dict_type: FULL_STATE_DICT", "  fsdp_reduce_dtype: bf16", "  fsdp_param_dtype: bf16"})
     EXPECT_NE(text.find(fragment), std::string::npos) << fragment << " missing from\n" << text;
   // Fields left to their default that have no text are not written.
   const std::string plain = read_file(dir.file("fsdp_0.yaml"));
@@ -382,7 +382,8 @@ TEST(LaunchConfig, BadFsdpConfigValuesNameKeyAndValue) {
                     {"unknown key 'fsdp_config.fsdp_use_orig_params'", "known keys", "fsdp_sharding_strategy",
                      "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
                      "fsdp_reshard_after_forward", "fsdp_forward_prefetch", "fsdp_backward_prefetch",
-                     "fsdp_activation_checkpointing", "fsdp_state_dict_type", "fsdp_reduce_dtype"});
+                     "fsdp_activation_checkpointing", "fsdp_state_dict_type", "fsdp_reduce_dtype",
+                     "fsdp_param_dtype"});
   expect_load_error("fsdp_config:\n  fsdp_auto_wrap_policy: BY_TYPE\n",
                     {"fsdp_config.fsdp_auto_wrap_policy", "'BY_TYPE'", "TRANSFORMER_BASED_WRAP"});
   expect_load_error("fsdp_config:\n  fsdp_min_num_params: lots\n", {"fsdp_config.fsdp_min_num_params", "'lots'"});

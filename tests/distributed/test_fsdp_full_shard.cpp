@@ -1,6 +1,11 @@
 // FULL_SHARD (stage 3), threads as ranks: parameters hold memory only while their unit runs,
 // summon_full_params and full_state_dict give the whole values, evaluation frees everything,
-// and a BERT under activation checkpointing trains like one rank on the whole batch.
+// a BERT under activation checkpointing trains like one rank on the whole batch, and a bf16/f16
+// param_dtype gathers and computes in it over f32 master shards.
+#include <optional>
+#include <vector>
+
+#include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "ddp_test_model.h"
 #include "distributed/fsdp.h"
@@ -215,5 +220,84 @@ TEST(FSDPFullShard, ActivationCheckpointingNeedsAModelThatSupportsIt) {
     FSDPOptions o = full_shard();
     o.activation_checkpointing = true;
     EXPECT_EMBER_ERROR(shard_model(make_mlp(130), pg, o), "Mlp has no gradient_checkpointing_enable()");
+  }));
+}
+
+namespace {
+
+// Trains `model` (wrapped or not) `steps` AdamW steps on its rows of batch_rows, under
+// autocast to `compute` when given.
+void train_mlp(nn::Module& model, const std::vector<Tensor>& params, int steps, int64_t global, int64_t first,
+               int64_t count, std::optional<DType> compute) {
+  optim::AdamW opt(params, {.lr = 1e-2});
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = batch_rows(s, global, first, count);
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> amp;
+      if (compute) amp.emplace(DeviceType::CPU, *compute);
+      loss = nn::functional::mse_loss(model.forward(x), y);
+    }
+    opt.zero_grad();  // before, not after: the last step's gradients stay to be read
+    loss.backward();
+    opt.step();
+  }
+}
+
+}  // namespace
+
+TEST(FSDPFullShard, LowerParamDtypeGathersAndComputesInItAndKeepsF32Masters) {
+  for (DType pd : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(pd));
+    const int world = 2, steps = 4;
+    const int64_t b = 3;
+    auto reference = make_mlp(140);
+    train_mlp(*reference, reference->parameters(), steps, b * world, 0, b * world, pd);
+    std::vector<double> diffs(world, -1);
+    expect_no_errors(run_ranks(world, [&](std::shared_ptr<ProcessGroup> pg) {
+      auto model = make_mlp(140);
+      FSDPOptions o = full_shard();
+      o.mixed_precision.param_dtype = pd;
+      auto fsdp = shard_model(model, pg, o);
+      std::vector<DType> seen;
+      model->fc2->register_forward_pre_hook([&](nn::Module& m) { seen.push_back(m.parameter("weight").dtype()); });
+      for (auto& v : fsdp->parameters()) EXPECT_EQ(v.dtype(), DType::f32);  // the masters
+      train_mlp(*model, fsdp->parameters(), steps, b * world, b * pg->rank(), b, pd);
+      EXPECT_EQ(seen, std::vector<DType>(steps, pd));
+      // Two gathers per unit and step, in 2-byte elements.
+      EXPECT_EQ(fsdp->bytes_gathered(), int64_t(steps) * 2 * 2 * (112 + 272 + 52));
+      EXPECT_EQ(gathered(*fsdp), kNoneGathered);
+      for (auto& v : fsdp->parameters())
+        if (v.numel() > 0) EXPECT_EQ(v.grad().dtype(), DType::f32);
+      {
+        // summon_full_params shows the f32 masters, not the compute copy, and writes back exactly.
+        auto full = fsdp->summon_full_params();
+        EXPECT_EQ(model->fc1->parameter("weight").dtype(), DType::f32);
+        diffs[size_t(pg->rank())] = max_abs_diff(*model, *reference);
+        NoGradGuard no_grad;
+        model->fc3->parameter("bias").fill_(0.1234567);
+      }
+      EXPECT_EQ(model->fc1->parameter("weight").dtype(), pd);
+      EXPECT_EQ(gathered(*fsdp), kNoneGathered);
+      auto state = fsdp->full_state_dict();
+      for (const auto& [name, value] : state)
+        if (name == "fc3.bias") EXPECT_EQ((value - 0.1234567f).abs().max().item<double>(), 0.0);
+    }));
+    // The one-rank run casts the same f32 weights to the same dtype; the sums differ in order.
+    for (double d : diffs) {
+      EXPECT_GE(d, 0);
+      EXPECT_LE(d, 1e-2);
+    }
+  }
+}
+
+TEST(FSDPFullShard, LowerParamDtypeOnlyUnderFullShard) {
+  expect_no_errors(run_ranks(1, [](std::shared_ptr<ProcessGroup> pg) {
+    FSDPOptions o = full_shard();
+    o.mixed_precision.param_dtype = DType::f64;
+    EXPECT_EMBER_ERROR(shard_model(make_mlp(3), pg, o), "param_dtype must be f32, bf16 or f16, got float64");
+    o.mixed_precision.param_dtype = DType::bf16;
+    o.sharding_strategy = ShardingStrategy::SHARD_OPTIMIZER;
+    EXPECT_EMBER_ERROR(shard_model(make_mlp(3), pg, o), "only FULL_SHARD gathers a lower-precision compute copy");
   }));
 }

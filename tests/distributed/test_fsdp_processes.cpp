@@ -40,7 +40,8 @@ TEST(FSDPProcesses, BertMiniOnTwoThreeAndFourProcessesMatchesOneProcess) {
     for (size_t r = 0; r < ranks.size(); ++r) {
       const std::string log = ranks[r].take_log();
       EXPECT_TRUE(ranks[r].exited_ok()) << "world " << world << " rank " << r << ":\n" << log;
-      for (const char* s : {"NO_SHARD bert ok", "SHARD_OPTIMIZER bert ok", "SHARD_GRAD_OP bert ok", "FULL_SHARD bert ok"})
+      for (const char* s : {"NO_SHARD bert ok", "SHARD_OPTIMIZER bert ok", "SHARD_GRAD_OP bert ok", "FULL_SHARD bert ok",
+                            "FULL_SHARD param_dtype bfloat16 bert ok"})
         EXPECT_TRUE(contains(log, s)) << s << " missing, world " << world << " rank " << r << ":\n" << log;
     }
   }

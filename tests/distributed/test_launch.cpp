@@ -233,7 +233,7 @@ TEST_F(LaunchTest, HelpAndUsageErrors) {
                            "--fsdp_sharding_strategy", "--fsdp_auto_wrap_policy", "--fsdp_transformer_layer_cls_to_wrap",
                            "--fsdp_min_num_params", "--fsdp_reshard_after_forward", "--fsdp_forward_prefetch",
                            "--fsdp_backward_prefetch", "--fsdp_activation_checkpointing", "--fsdp_state_dict_type",
-                           "--fsdp_reduce_dtype"})
+                           "--fsdp_reduce_dtype", "--fsdp_param_dtype"})
     EXPECT_TRUE(contains(r.out, flag)) << flag;
 
   r = ember({"frobnicate"});

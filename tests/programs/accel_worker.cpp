@@ -17,8 +17,9 @@
 //                                                 and every rank skips that step (the scaler's
 //                                                 found-inf flag is agreed across processes),
 //                                                 then steps together; prints "amp ok"
-//   accel_worker amp_sharded                      the same under FULL_SHARD: an inf in one rank's
-//                                                 shard gradient skips the step everywhere;
+//   accel_worker amp_sharded                      the same under FULL_SHARD with an f16 param_dtype:
+//                                                 an inf in one rank's shard gradient skips the
+//                                                 step everywhere;
 //                                                 prints "amp sharded ok"
 //   accel_worker structures <dir>                 collectives on tuples, vectors and Batches,
 //                                                 pad_across_processes along one dim, loaders
@@ -485,14 +486,30 @@ int run_amp_sharded() {
   FSDPOptions fsdp;
   fsdp.sharding_strategy = ShardingStrategy::FULL_SHARD;
   fsdp.transformer_layer_cls_to_wrap = {"Linear"};
+  fsdp.mixed_precision.param_dtype = DType::f16;  // the gathered compute copy in f16 too
   Accelerator acc({.mixed_precision = "fp16", .scaler = {.init_scale = 1024.0}, .fsdp = fsdp});
   const int R = acc.num_processes(), rank = acc.process_index();
+  {
+    // A param_dtype the forward's autocast would not match is refused before anything is sharded.
+    Accelerator mismatched({.mixed_precision = "bf16", .fsdp = fsdp});
+    auto other = make_mlp(32);
+    optim::SGD sgd(other->parameters(), {.lr = 0.1});
+    bool refused = false;
+    try {
+      mismatched.prepare(other, sgd);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("param_dtype float16 needs mixed_precision 'fp16'") != std::string::npos;
+      if (!refused) std::printf("unexpected error: %s\n", e.what());
+    }
+    expect(refused, "an fp16 param_dtype under bf16 autocast is refused");
+  }
   auto model = make_mlp(31);
   optim::SGD opt(model->parameters(), {.lr = 0.1});
   auto [m, o] = acc.prepare(model, opt);
   auto sharded = acc.fsdp(*model);
   expect(sharded != nullptr, "prepare sharded the model");
   if (!sharded) return 1;
+  expect(model->fc1->parameter("weight").dtype() == DType::f16, "the model computes on an f16 gathered copy");
   auto whole = [&] {
     std::vector<float> out;
     for (auto& [name, t] : sharded->full_state_dict())

@@ -7,6 +7,8 @@
 //   order than one process does, and AdamW divides by the root of the second moment, which turns
 //   those last-bit differences into steps of up to lr; replication (NO_SHARD, the same sums as
 //   DDP) lands as far from one process as the sharded strategies (2e-5 to 4e-5 after 20 steps).
+//   The bf16 run: FULL_SHARD with param_dtype bf16 against one process under the same policy,
+//   within kBf16MaxTolerance (kBf16MeanTolerance on average).
 // cap: a 12-layer MLP (Ψ = 3.2 M) under a per-process cap of 12Ψ bytes, below the 16Ψ of replication: NO_SHARD must
 //   fail with the allocator's out-of-memory error, FULL_SHARD must train and match the weights
 //   one process reaches without a cap.
@@ -15,13 +17,17 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "core/rng.h"
 #include "distributed/fsdp.h"
+#include "distributed/hash_store.h"
+#include "distributed/process_group_gloo.h"
 #include "nn/functional.h"
 #include "nn/layers/basic.h"
 #include "nn/models/bert.h"
@@ -80,12 +86,30 @@ inline double max_abs_diff(const HostValues& got, const HostValues& reference) {
   return d;
 }
 
+// The mean over the reference's entries of |got - reference| (the same entries as max_abs_diff).
+inline double mean_abs_diff(const HostValues& got, const HostValues& reference) {
+  double sum = 0, n = 0;
+  for (const auto& [name, want] : reference) {
+    auto it = got.find(name);
+    if (it == got.end() || it->second.size() != want.size()) return INFINITY;
+    for (size_t k = 0; k < want.size(); ++k) sum += std::abs(it->second[k] - want[k]);
+    n += double(want.size());
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
 constexpr int kBertSteps = 20, kMicro = 2;
 constexpr int64_t kRowsPerRank = 2;
 constexpr double kClip = 1.0;
 constexpr optim::AdamWOptions kBertAdamW{.lr = 1e-3, .weight_decay = 0.01};
 
-// One process on the whole batch: the weights every strategy must reach.
+// The bf16 run's bounds. AdamW moves an element by at most about lr a step, and bf16 rounding of
+// a near-zero gradient can flip its sign on one side only, so over 20 steps an element may drift
+// up to 20 lr = 2e-2 (measured 0.008-0.011 at 2-4 ranks); the mean must stay far below that
+// (measured 3e-5, half the 6e-5 that separates one bf16 process from one f32 process).
+constexpr double kBf16MaxTolerance = 20 * 1e-3, kBf16MeanTolerance = 1e-4;
+
+// One process on the whole batch: the weights every f32 strategy must reach.
 inline HostValues bert_reference(int world) {
   manual_seed(11);
   nn::BertForMaskedLM model(mini_bert_config());
@@ -102,20 +126,28 @@ inline HostValues bert_reference(int world) {
   return host_values(model.named_parameters());
 }
 
-inline bool check_bert(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s,
-                       const HostValues& reference) {
-  const int world = pg->size(), rank = pg->rank();
+// Trains BERT-mini sharded over `pg` on rows [first, first + count) of every micro-batch of
+// `global` rows. With `param_dtype`, FULL_SHARD gathers a copy in it and the forward runs under
+// its autocast (as the Accelerator's mixed_precision does).
+inline HostValues train_bert_sharded(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s,
+                                     std::optional<DType> param_dtype, int64_t global, int64_t first, int64_t count) {
   manual_seed(11);
   auto model = std::make_shared<nn::BertForMaskedLM>(mini_bert_config());
   FSDPOptions o;
   o.sharding_strategy = s;
   o.transformer_layer_cls_to_wrap = {"BertLayer"};
+  o.mixed_precision.param_dtype = param_dtype;
   auto fsdp = distributed::shard_model(model, pg, o);
   optim::AdamW opt(fsdp->parameters(), kBertAdamW);
   for (int step = 0; step < kBertSteps; ++step) {
     for (int m = 0; m < kMicro; ++m) {
-      auto [ids, labels] = mlm_rows(step * kMicro + m, kRowsPerRank * world, kRowsPerRank * rank, kRowsPerRank);
-      Tensor loss = model->forward(ids, Tensor(), Tensor(), labels).loss * (1.0 / kMicro);
+      auto [ids, labels] = mlm_rows(step * kMicro + m, global, first, count);
+      Tensor loss;
+      {
+        std::optional<AutocastGuard> amp;
+        if (param_dtype) amp.emplace(DeviceType::CPU, *param_dtype);
+        loss = model->forward(ids, Tensor(), Tensor(), labels).loss * (1.0 / kMicro);
+      }
       if (m + 1 < kMicro) {
         auto guard = fsdp->no_sync();
         loss.backward();
@@ -127,11 +159,29 @@ inline bool check_bert(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy
     opt.step();
     opt.zero_grad();
   }
-  const double diff = max_abs_diff(host_values(fsdp->full_state_dict()), reference);
-  const bool ok = diff <= 1e-4;
-  std::printf("rank %d BERT-mini %s, %d ranks, %d steps: max abs diff %.3g\n", rank,
-              distributed::sharding_strategy_name(s), world, kBertSteps, diff);
-  if (ok) std::printf("%s bert ok\n", distributed::sharding_strategy_name(s));
+  return host_values(fsdp->full_state_dict());
+}
+
+// One process on the whole batch under the same bf16/f16 policy: its own one-rank group, since
+// an f32 model under autocast keeps f32 embeddings and norms where the policy rounds them.
+inline HostValues bert_policy_reference(int world, DType param_dtype) {
+  auto alone = std::make_shared<distributed::ProcessGroupGloo>(std::make_shared<distributed::HashStore>(), 0, 1);
+  return train_bert_sharded(alone, ShardingStrategy::FULL_SHARD, param_dtype, kRowsPerRank * world, 0,
+                            kRowsPerRank * world);
+}
+
+// `reference`: bert_reference(world) without param_dtype, else bert_policy_reference.
+inline bool check_bert(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy s, const HostValues& reference,
+                       std::optional<DType> param_dtype = std::nullopt) {
+  const int world = pg->size(), rank = pg->rank();
+  const HostValues got = train_bert_sharded(pg, s, param_dtype, kRowsPerRank * world, kRowsPerRank * rank, kRowsPerRank);
+  const double diff = max_abs_diff(got, reference), mean = mean_abs_diff(got, reference);
+  const bool ok = param_dtype ? diff <= kBf16MaxTolerance && mean <= kBf16MeanTolerance : diff <= 1e-4;
+  const std::string name = std::string(distributed::sharding_strategy_name(s)) +
+                           (param_dtype ? std::string(" param_dtype ") + dtype_name(*param_dtype) : "");
+  std::printf("rank %d BERT-mini %s, %d ranks, %d steps: max abs diff %.3g, mean %.3g\n", rank, name.c_str(),
+              world, kBertSteps, diff, mean);
+  if (ok) std::printf("%s bert ok\n", name.c_str());
   return ok;
 }
 

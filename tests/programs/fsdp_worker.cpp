@@ -167,6 +167,10 @@ int main(int argc, char** argv) {
     } else if (mode == "bert") {
       const auto reference = fsdp_checks::bert_reference(world);
       for (ShardingStrategy s : kStrategies) ok = fsdp_checks::check_bert(pg, s, reference) && ok;
+      const auto bf16_reference = fsdp_checks::bert_policy_reference(world, DType::bf16);
+      std::printf("policy gap: bf16 one process vs f32 one process max %.3g mean %.3g\n",
+                  fsdp_checks::max_abs_diff(bf16_reference, reference), fsdp_checks::mean_abs_diff(bf16_reference, reference));
+      ok = fsdp_checks::check_bert(pg, ShardingStrategy::FULL_SHARD, bf16_reference, DType::bf16) && ok;
     } else if (mode == "cap") {
       ok = fsdp_checks::check_memory_cap(pg);
     } else if (mode == "memory") {
