@@ -509,21 +509,32 @@ std::string Accelerator::save_state(const std::string& dir) {
   }
   std::vector<std::shared_ptr<nn::Module>> models = models_;
   // A sharded model has no whole state on any process: it is saved in pieces, every process its
-  // own (sharded_checkpoint.h), and its hooks see an empty state.
+  // own (sharded_checkpoint.h), and its hooks see an empty state; under FULL_STATE_DICT it is
+  // gathered and saved whole instead.
   CheckpointPayload payload;
   std::vector<nn::StateDict> weights;
   for (size_t i = 0; i < models.size(); ++i) {
-    const bool pieces = saves_in_pieces(fsdps_[i].get());
-    weights.push_back(pieces ? nn::StateDict{} : models[i]->state_dict());
+    const bool whole = saves_whole(fsdps_[i].get());
+    const bool pieces = saves_in_pieces(fsdps_[i].get()) && !whole;
+    nn::StateDict state;
+    if (whole)
+      for (auto& [name, t] : fsdps_[i]->full_state_dict()) state[name] = t;
+    else if (!pieces)
+      state = models[i]->state_dict();
+    weights.push_back(std::move(state));
     payload.sharded_models.push_back(pieces);
     payload.model_pieces.push_back(pieces ? std::optional(model_pieces(*fsdps_[i], is_main_process())) : std::nullopt);
   }
   for (auto& [id, hook] : *save_hooks_) hook(models, weights, out);
   if (is_main_process()) payload.models = std::move(weights);
-  // Under sharding each process's optimizer holds its own shards' state: every process saves it.
-  const bool sharded = std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return saves_in_pieces(f.get()); });
+  // Under sharding each process's optimizer holds its own shards' state: every process saves it,
+  // unless every sharded model saves whole, which gathers it whole.
+  const bool sharded = std::any_of(fsdps_.begin(), fsdps_.end(),
+                                   [](const auto& f) { return saves_in_pieces(f.get()) && !saves_whole(f.get()); });
+  const bool gathered = !sharded && std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return saves_whole(f.get()); });
   for (const auto& o : optimizers_) {
     optim::OptimizerStateDict sd = o->state_dict();
+    if (gathered) sd = whole_optimizer_state(sd, optimizer_slots(o->optimizer(), fsdps_), *state_->process_group());
     payload.sharded_optimizers.push_back(sharded);
     payload.optimizer_pieces.push_back(
         sharded ? std::optional(optimizer_pieces(sd, optimizer_slots(o->optimizer(), fsdps_))) : std::nullopt);

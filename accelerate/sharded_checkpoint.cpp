@@ -1,6 +1,7 @@
 #include "accelerate/sharded_checkpoint.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,7 +10,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/factory.h"
 #include "core/grad_mode.h"
+#include "distributed/operations.h"
 
 namespace ember::distributed {
 
@@ -54,12 +57,67 @@ bool saves_in_pieces(const FullyShardedDataParallel* f) {
   return f && f->options().sharding_strategy != ShardingStrategy::NO_SHARD;
 }
 
+bool saves_whole(const FullyShardedDataParallel* f) {
+  return saves_in_pieces(f) && f->options().state_dict_type == StateDictType::FULL_STATE_DICT;
+}
+
+optim::OptimizerStateDict whole_optimizer_state(const optim::OptimizerStateDict& sd,
+                                                const std::vector<StateSlot>& slots, ProcessGroup& pg) {
+  // A process whose piece of a parameter is empty never stepped it, so it lacks that
+  // parameter's state: every process takes the union of the keys (and scalars) all of them hold.
+  std::string mine;
+  for (const auto& [key, t] : sd.tensors) mine += "t " + key + "\n";
+  for (const auto& [key, v] : sd.scalars) {
+    char exact[64];
+    std::snprintf(exact, sizeof exact, "%a", v);  // hexadecimal: the double round-trips exactly
+    mine += "s " + key + " " + exact + "\n";
+  }
+  std::set<std::string> keys;
+  optim::OptimizerStateDict out;
+  out.scalars = sd.scalars;
+  for (const std::string& theirs : gather_object(mine, &pg)) {
+    std::istringstream lines(theirs);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("t ", 0) == 0) {
+        keys.insert(line.substr(2));
+      } else if (line.rfind("s ", 0) == 0) {
+        const size_t space = line.rfind(' ');
+        out.scalars.emplace(line.substr(2, space - 2), std::strtod(line.c_str() + space + 1, nullptr));
+      }
+    }
+  }
+  NoGradGuard no_grad;
+  for (const std::string& key : keys) {  // the same order on every process
+    const int64_t i = state_index(key, nullptr);
+    EMBER_CHECK(i >= 0 && size_t(i) < slots.size(), "save_state: optimizer state '", key, "' belongs to no parameter");
+    const StateSlot& s = slots[size_t(i)];
+    const auto it = sd.tensors.find(key);
+    if (!s.piece) {
+      EMBER_CHECK(it != sd.tensors.end(), "save_state: process ", pg.rank(), " has no optimizer state '", key,
+                  "' for a parameter every process holds whole");
+      out.tensors[key] = it->second;
+      continue;
+    }
+    // The pieces do not overlap and cover the parameter: summing them, zeros elsewhere, is exact.
+    Tensor whole = zeros({numel_of(s.shape)});
+    if (it != sd.tensors.end() && s.numel > 0) {
+      EMBER_CHECK(it->second.dtype() == DType::f32, "save_state: optimizer state '", key, "' is ",
+                  dtype_name(it->second.dtype()), "; FULL_STATE_DICT gathers f32 state");
+      whole.narrow(0, s.first, s.numel).copy_(it->second.contiguous().reshape({s.numel}));
+    }
+    pg.allreduce(whole, ReduceOp::Sum)->wait();
+    out.tensors[key] = whole.reshape(s.shape);
+  }
+  return out;
+}
+
 std::vector<StateSlot> optimizer_slots(const optim::Optimizer& opt,
                                        const std::vector<std::shared_ptr<FullyShardedDataParallel>>& shardings) {
   std::map<const TensorImpl*, StateSlot> pieces;
   for (const auto& f : shardings)
     if (saves_in_pieces(f.get()))
-      for (const ShardPiece& p : f->shard_pieces()) pieces[p.shard.impl()] = {p.shape, p.first, p.numel, p.shard.shape()};
+      for (const ShardPiece& p : f->shard_pieces())
+        pieces[p.shard.impl()] = {p.shape, p.first, p.numel, p.shard.shape(), true};
   std::vector<StateSlot> out;
   for (const optim::ParamGroup& g : opt.param_groups())
     for (const Tensor& p : g.params) {

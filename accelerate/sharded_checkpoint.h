@@ -27,6 +27,13 @@ std::vector<StateSlot> optimizer_slots(const optim::Optimizer& opt,
 
 // Whether a model's state is saved in pieces: it is wrapped by a strategy that shards.
 bool saves_in_pieces(const FullyShardedDataParallel* f);
+// Whether such a model is saved whole instead (state_dict_type FULL_STATE_DICT): model.safetensors
+// gathered from the shards, and its optimizers' state gathered into whole tensors.
+bool saves_whole(const FullyShardedDataParallel* f);
+// FULL_STATE_DICT: an optimizer's state with every piece gathered into the whole tensor of its
+// parameter (the union of what the processes hold). Collective; every process gets it all.
+optim::OptimizerStateDict whole_optimizer_state(const optim::OptimizerStateDict& sd,
+                                                const std::vector<StateSlot>& slots, ProcessGroup& pg);
 
 // Saving: this process's pieces of the model (with_whole_tensors: also the buffers and the
 // frozen parameters, which the main process writes) and of an optimizer's state.

@@ -28,12 +28,14 @@ struct TensorPiece {
 using PieceMap = std::map<std::string, TensorPiece>;
 
 // Where a process's tensor lies in a global one: elements [first, first + numel) of the global
-// tensor of shape `shape`, held in shape `local` (a 1-D shard, or the whole shape).
+// tensor of shape `shape`, held in shape `local` (a 1-D shard, or the whole shape). `piece`:
+// the tensor is a shard view (every process holds a part), not a whole replicated tensor.
 struct StateSlot {
   Shape shape;
   int64_t first = 0;
   int64_t numel = 0;
   Shape local;
+  bool piece = false;
 };
 
 // Numbers stored in a safetensors file's metadata as "scalar.<name>": "<number>" (every

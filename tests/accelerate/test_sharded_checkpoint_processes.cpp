@@ -1,6 +1,7 @@
 // Sharded checkpoints over real processes: saved by 4 processes under FULL_SHARD (and by 2 under
 // DDP), loaded under another world size and strategy, into DDP and into one process, merged by
-// `ember merge-weights`, and refused with a clear error when a shard file is damaged.
+// `ember merge-weights`, and refused with a clear error when a shard file is damaged; under
+// FULL_STATE_DICT saved as one whole model and optimizer file.
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -89,6 +90,28 @@ TEST_F(ShardedCheckpointProcesses, SavedByDdpLoadsIntoFullShard) {
   EXPECT_TRUE(fs::exists(dir + "/ckpt/model.safetensors"));
   expect_all(run(3, {"load", "FULL_SHARD", dir, "0"}), "load ok", "3 ranks, FULL_SHARD");
   expect_all(run(2, {"load", "DDP", dir, "1"}), "load ok", "2 ranks, DDP");
+}
+
+TEST_F(ShardedCheckpointProcesses, FullStateDictSavesOneWholeModelAndOptimizerFile) {
+  const std::string dir = dir_.file("full_state_3");
+  fs::create_directories(dir);
+  expect_all(run(3, {"save", "FULL_SHARD:FULL", dir}), "save ok", "save on 3, FULL_STATE_DICT");
+  EXPECT_TRUE(fs::exists(dir + "/ckpt/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt/optimizer.safetensors"));
+  for (const auto& entry : fs::directory_iterator(dir + "/ckpt"))
+    EXPECT_EQ(entry.path().filename().string().find(".shard-"), std::string::npos) << entry.path();
+  // The saved model is the whole one the job held, and the optimizer's state has whole shapes.
+  const auto model = ember::nn::load_safetensors(dir + "/ckpt/model.safetensors");
+  const auto held = ember::nn::load_safetensors(dir + "/saved.safetensors");
+  for (const auto& [name, t] : held) {
+    ASSERT_TRUE(model.count(name)) << name;
+    EXPECT_EQ(model.at(name).to_vector<float>(), t.to_vector<float>()) << name;
+  }
+  for (const auto& [key, t] : ember::nn::load_safetensors(dir + "/ckpt/optimizer.safetensors"))
+    EXPECT_GE(t.dim(), 1) << key;
+  expect_all(run(3, {"load", "FULL_SHARD:FULL", dir, "1"}), "load ok", "3 ranks, FULL_SHARD");
+  expect_all(run(2, {"load", "SHARD_GRAD_OP", dir, "0"}), "load ok", "2 ranks, SHARD_GRAD_OP");
+  expect_all(run(1, {"load", "DDP", dir, "0"}), "load ok", "1 process");
 }
 
 TEST_F(ShardedCheckpointProcesses, ADamagedShardFileIsRefusedByEveryProcessNamingIt) {

@@ -1,7 +1,7 @@
 // One process of an Accelerator job that saves a checkpoint under one split of the model and
 // loads it under another, started by tests/accelerate/test_sharded_checkpoint_processes.cpp
-// with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. <split> is a sharding strategy name, or DDP
-// (no sharding). The global batch is 12 rows at every world size, so every run sees the same
+// with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. <split> is a sharding strategy name, with
+// ":FULL" for state_dict_type FULL_STATE_DICT (FULL_SHARD:FULL), or DDP (no sharding). The global batch is 12 rows at every world size, so every run sees the same
 // samples in each step.
 //
 //   reshard_worker save <split> <dir>    an epoch of 6 AdamW steps; after the third
@@ -53,7 +53,12 @@ Job make_job(const std::string& split) {
   AcceleratorOptions options;
   if (split != "DDP") {
     FSDPOptions f;
-    f.sharding_strategy = parse_sharding_strategy(split);
+    const size_t colon = split.find(':');
+    f.sharding_strategy = parse_sharding_strategy(split.substr(0, colon));
+    if (colon != std::string::npos) {
+      expect(split.substr(colon + 1) == "FULL", "the only suffix is :FULL");
+      f.state_dict_type = StateDictType::FULL_STATE_DICT;
+    }
     f.transformer_layer_cls_to_wrap = {"Linear"};
     options.fsdp = f;
   }
