@@ -56,6 +56,16 @@ peer_run() {
     "${common[@]}" | results
 }
 
+# Runs `"$@"` (ember_run or peer_run), once more if it fails (PyTorch's Gloo ranks now and then
+# abort at teardown); a run that fails twice leaves its cell empty rather than ending the table.
+attempt() {
+  local out
+  if out=$("$@"); then printf '%s\n' "$out"; return; fi
+  echo "fsdp_scaling: '$*' failed; running it once more" >&2
+  if out=$("$@"); then printf '%s\n' "$out"; return; fi
+  echo "fsdp_scaling: '$*' failed twice; its cell stays empty" >&2
+}
+
 grep -m1 'Model name' <(lscpu) | sed 's/^ *Model name: */CPU: /'
 echo
 echo "| ranks | mode | PyTorch counterpart | Ember ms/step | peer ms/step | peer/Ember | Ember peak alloc MB | Ember held MB | Ember peak RSS MB | peer peak RSS MB |"
@@ -66,11 +76,11 @@ for n in "${rank_list[@]}"; do
   for mode in "${mode_list[@]}"; do
     e_ms=() e_alloc=() e_held=() e_rss=() p_ms=() p_rss=() peer_name=-
     for ((r = 0; r < rounds; ++r)); do
-      lines=$(ember_run "$n" "$mode")
+      lines=$(attempt ember_run "$n" "$mode")
       e_ms+=($(field median_step_ms <<<"$lines" | head -1)); e_alloc+=($(field peak_alloc_mb <<<"$lines"))
       e_held+=($(field held_alloc_mb <<<"$lines")); e_rss+=($(field peak_rss_mb <<<"$lines"))
       if ((have_peer)); then
-        lines=$(peer_run "$n" "$mode")
+        lines=$(attempt peer_run "$n" "$mode")
         p_ms+=($(field median_step_ms <<<"$lines" | head -1)); p_rss+=($(field peak_rss_mb <<<"$lines"))
         peer_name=$(sed -n 's/.*"peer": "\([^"]*\)".*/\1/p' <<<"$lines" | head -1)
       fi
