@@ -2,6 +2,7 @@
 // summon_full_params and full_state_dict give the whole values, evaluation frees everything,
 // a BERT under activation checkpointing trains like one rank on the whole batch, and a bf16/f16
 // param_dtype gathers and computes in it over f32 master shards.
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -300,4 +301,43 @@ TEST(FSDPFullShard, LowerParamDtypeOnlyUnderFullShard) {
     o.sharding_strategy = ShardingStrategy::SHARD_OPTIMIZER;
     EXPECT_EMBER_ERROR(shard_model(make_mlp(3), pg, o), "only FULL_SHARD gathers a lower-precision compute copy");
   }));
+}
+
+TEST(FSDPFullShard, BertRecomputesUnderAutocastWithABf16ParamDtype) {
+  // The recompute of a checkpointed unit runs inside backward, where autocast is off, and
+  // must see the forward's autocast again (ember::checkpoint restores it).
+  const int world = 2;
+  const int64_t b = 2;
+  std::vector<std::shared_ptr<nn::BertForMaskedLM>> models;
+  for (int r = 0; r < world; ++r) models.push_back(make_bert());
+  std::vector<std::vector<double>> losses(world);
+  expect_no_errors(run_ranks(world, [&](std::shared_ptr<ProcessGroup> pg) {
+    auto model = models[size_t(pg->rank())];
+    FSDPOptions o = full_shard({"BertLayer"});
+    o.activation_checkpointing = true;
+    o.mixed_precision.param_dtype = DType::bf16;
+    auto fsdp = shard_model(model, pg, o);
+    optim::AdamW opt(fsdp->parameters(), {.lr = 1e-3});
+    auto [ids, labels] = mlm_rows(0, b * world, b * pg->rank(), b);
+    EXPECT_EMBER_ERROR(model->forward(ids, Tensor(), Tensor(), labels), "AutocastGuard(DeviceType::CPU, bfloat16)");
+    for (int s = 0; s < 3; ++s) {
+      Tensor loss;
+      {
+        AutocastGuard amp(DeviceType::CPU, DType::bf16);
+        loss = model->forward(ids, Tensor(), Tensor(), labels).loss;
+      }
+      loss.backward();
+      for (auto& v : fsdp->parameters())
+        if (v.numel() > 0) EXPECT_TRUE(v.grad().defined() && v.grad().dtype() == DType::f32);
+      opt.step();
+      opt.zero_grad();
+      losses[size_t(pg->rank())].push_back(loss.item<double>());
+    }
+  }));
+  // The same batch three times: the steps the shards took lower its loss.
+  for (const auto& l : losses) {
+    ASSERT_EQ(l.size(), 3u);
+    EXPECT_TRUE(std::isfinite(l[0]));
+    EXPECT_LT(l[2], l[0]);
+  }
 }
