@@ -87,26 +87,38 @@ optim::OptimizerStateDict whole_optimizer_state(const optim::OptimizerStateDict&
     }
   }
   NoGradGuard no_grad;
+  // Every piece goes at its place in one flat buffer of whole tensors, then one all-reduce. The
+  // pieces do not overlap and cover their parameter: summing them, zeros elsewhere, is exact.
+  std::vector<std::pair<std::string, int64_t>> pieced;  // key, offset in the buffer
+  int64_t total = 0;
   for (const std::string& key : keys) {  // the same order on every process
     const int64_t i = state_index(key, nullptr);
     EMBER_CHECK(i >= 0 && size_t(i) < slots.size(), "save_state: optimizer state '", key, "' belongs to no parameter");
     const StateSlot& s = slots[size_t(i)];
     const auto it = sd.tensors.find(key);
-    if (!s.piece) {
-      EMBER_CHECK(it != sd.tensors.end(), "save_state: process ", pg.rank(), " has no optimizer state '", key,
-                  "' for a parameter every process holds whole");
-      out.tensors[key] = it->second;
+    if (s.piece) {
+      pieced.emplace_back(key, total);
+      total += numel_of(s.shape);
       continue;
     }
-    // The pieces do not overlap and cover the parameter: summing them, zeros elsewhere, is exact.
-    Tensor whole = zeros({numel_of(s.shape)});
-    if (it != sd.tensors.end() && s.numel > 0) {
-      EMBER_CHECK(it->second.dtype() == DType::f32, "save_state: optimizer state '", key, "' is ",
-                  dtype_name(it->second.dtype()), "; FULL_STATE_DICT gathers f32 state");
-      whole.narrow(0, s.first, s.numel).copy_(it->second.contiguous().reshape({s.numel}));
-    }
-    pg.allreduce(whole, ReduceOp::Sum)->wait();
-    out.tensors[key] = whole.reshape(s.shape);
+    EMBER_CHECK(it != sd.tensors.end(), "save_state: process ", pg.rank(), " has no optimizer state '", key,
+                "' for a parameter every process holds whole");
+    out.tensors[key] = it->second;
+  }
+  if (pieced.empty()) return out;
+  Tensor wholes = zeros({total});
+  for (const auto& [key, offset] : pieced) {
+    const StateSlot& s = slots[size_t(state_index(key, nullptr))];
+    const auto it = sd.tensors.find(key);
+    if (it == sd.tensors.end() || s.numel == 0) continue;
+    EMBER_CHECK(it->second.dtype() == DType::f32, "save_state: optimizer state '", key, "' is ",
+                dtype_name(it->second.dtype()), "; FULL_STATE_DICT gathers f32 state");
+    wholes.narrow(0, offset + s.first, s.numel).copy_(it->second.contiguous().reshape({s.numel}));
+  }
+  pg.allreduce(wholes, ReduceOp::Sum)->wait();
+  for (const auto& [key, offset] : pieced) {
+    const Shape& shape = slots[size_t(state_index(key, nullptr))].shape;
+    out.tensors[key] = wholes.narrow(0, offset, numel_of(shape)).reshape(shape);
   }
   return out;
 }

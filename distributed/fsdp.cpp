@@ -8,8 +8,8 @@
 #include <map>
 
 #include "autograd/engine.h"
-#include "core/autocast.h"
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "distributed/model_replica.h"
@@ -17,6 +17,14 @@
 #include "optim/clip_grad.h"
 
 namespace ember::distributed {
+
+namespace {
+// The entry's parameter-shaped window into a unit's flat buffer (weights or gradients).
+Tensor entry_slot(const Tensor& flat, const FlatParamEntry& e) {
+  const Shape shape = e.param.shape();
+  return make_view(flat, shape, contiguous_strides(shape), e.offset);
+}
+}  // namespace
 
 const char* sharding_strategy_name(ShardingStrategy s) {
   switch (s) {
@@ -147,8 +155,7 @@ DType FullyShardedDataParallel::compute_dtype() const {
 void FullyShardedDataParallel::bind_parameters(size_t u, const Tensor& flat) {
   for (const FlatParamEntry& e : layouts_[u].params) {
     Tensor param = e.param;
-    const Shape shape = param.shape();
-    nn::replace_data(param, make_view(flat, shape, contiguous_strides(shape), e.offset));
+    nn::replace_data(param, entry_slot(flat, e));
   }
 }
 
@@ -161,8 +168,7 @@ void FullyShardedDataParallel::build_units() {
     for (size_t i = 0; i < layout.params.size(); ++i) {
       const FlatParamEntry& e = layout.params[i];
       Tensor param = e.param;
-      const Shape shape = param.shape();
-      Tensor slot = make_view(unit->flat_param, shape, contiguous_strides(shape), e.offset);
+      Tensor slot = entry_slot(unit->flat_param, e);
       slot.copy_(param);
       param.set_grad(Tensor());
       nn::replace_data(param, slot);  // the parameter keeps its identity, now inside the flat buffer
@@ -371,7 +377,8 @@ void FullyShardedDataParallel::pre_forward(size_t u) {
   const DType cd = compute_dtype();
   // The inputs stay f32 (no cast of forward inputs): autocast is what lets f32 activations
   // meet param_dtype weights, so without it the first op would fail on mixed dtypes.
-  EMBER_CHECK(cd == DType::f32 || autograd::in_backward() || (autocast_enabled(DeviceType::CPU) && autocast_dtype(DeviceType::CPU) == cd),
+  const bool under_autocast = autocast_enabled(DeviceType::CPU) && autocast_dtype(DeviceType::CPU) == cd;
+  EMBER_CHECK(cd == DType::f32 || autograd::in_backward() || under_autocast,
               "sharded data parallel: unit '", layouts_[u].display_name(), "' computes in param_dtype ",
               dtype_name(cd), ": run the forward under AutocastGuard(DeviceType::CPU, ", dtype_name(cd),
               ") (the Accelerator's mixed_precision \"", cd == DType::bf16 ? "bf16" : "fp16", "\" does)");
@@ -432,8 +439,7 @@ void FullyShardedDataParallel::on_gradient_ready(size_t u, size_t i) {
   NoGradGuard no_grad;
   if (!unit.flat_grad.defined()) unit.flat_grad = zeros({layouts_[u].padded_numel});
   Tensor param = e.param;
-  const Shape shape = param.shape();
-  Tensor slot = make_view(unit.flat_grad, shape, contiguous_strides(shape), e.offset);
+  Tensor slot = entry_slot(unit.flat_grad, e);
   Tensor g = param.grad();
   const bool is_slot = g.defined() && g.impl()->storage == slot.impl()->storage && g.storage_offset() == e.offset;
   if (!is_slot) slot.copy_(g);
@@ -472,7 +478,8 @@ void FullyShardedDataParallel::launch(size_t u) {
     unit.reduced = send;
   } else {
     unit.reduced = make_tensor({layout.shard_numel}, rd, Device::cpu());
-    unit.work = pg_->reduce_scatter(unit.reduced.view({1, layout.shard_numel}), send.view({pg_->size(), layout.shard_numel}), ReduceOp::Avg);
+    unit.work = pg_->reduce_scatter(unit.reduced.view({1, layout.shard_numel}),
+                                    send.view({pg_->size(), layout.shard_numel}), ReduceOp::Avg);
   }
   unit.in_flight = send;
   if (options_.sharding_strategy != ShardingStrategy::SHARD_OPTIMIZER) unit.flat_grad = Tensor();  // in_flight holds it

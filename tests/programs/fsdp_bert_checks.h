@@ -3,10 +3,8 @@
 // bert: BERT-mini shapes (4 layers, hidden 256, 4 heads, FFN 1024; a 512-token vocabulary so
 //   the run stays short) trains 20 AdamW steps under each strategy, every step two micro-batches
 //   (the first under no_sync) and a clip to the global norm, and must reach the weights of one
-//   process on the N-times batch within 1e-4. Not 1e-6: the ranks sum each gradient in another
-//   order than one process does, and AdamW divides by the root of the second moment, which turns
-//   those last-bit differences into steps of up to lr; replication (NO_SHARD, the same sums as
-//   DDP) lands as far from one process as the sharded strategies (2e-5 to 4e-5 after 20 steps).
+//   process on the N-times batch: at least 99.9% of the entries within 1e-6, the mean within
+//   1e-7, every entry within 1e-4 (the kF32 bounds below say why not every entry within 1e-6).
 //   The bf16 run: FULL_SHARD with param_dtype bf16 against one process under the same policy,
 //   within kBf16MaxTolerance (kBf16MeanTolerance on average).
 // cap: a 12-layer MLP (Ψ = 3.2 M) under a per-process cap of 12Ψ bytes, below the 16Ψ of replication: NO_SHARD must
@@ -71,31 +69,33 @@ inline HostValues host_values(const std::vector<std::pair<std::string, Tensor>>&
   return out;
 }
 
-// Largest difference over the reference's entries (the parameters); a missing entry or a size
-// mismatch is an infinite difference. Buffers a state dict adds beside them are not compared.
-inline double max_abs_diff(const HostValues& got, const HostValues& reference) {
-  double d = 0;
+// How far `got` is from `reference` over the reference's entries (the parameters; buffers a
+// state dict adds beside them are not compared). A missing entry or a size mismatch makes every
+// figure infinite.
+struct Distance {
+  double max = 0, mean = 0;
+  double fraction_over_1e6 = 0;  // share of the entries more than 1e-6 away
+};
+inline Distance distance(const HostValues& got, const HostValues& reference) {
+  double sum = 0, over = 0, n = 0, max = 0;
   for (const auto& [name, want] : reference) {
     auto it = got.find(name);
     if (it == got.end() || it->second.size() != want.size()) {
       std::printf("entry %s missing or resized\n", name.c_str());
-      return INFINITY;
+      return {INFINITY, INFINITY, INFINITY};
     }
-    for (size_t k = 0; k < want.size(); ++k) d = std::max(d, double(std::abs(it->second[k] - want[k])));
-  }
-  return d;
-}
-
-// The mean over the reference's entries of |got - reference| (the same entries as max_abs_diff).
-inline double mean_abs_diff(const HostValues& got, const HostValues& reference) {
-  double sum = 0, n = 0;
-  for (const auto& [name, want] : reference) {
-    auto it = got.find(name);
-    if (it == got.end() || it->second.size() != want.size()) return INFINITY;
-    for (size_t k = 0; k < want.size(); ++k) sum += std::abs(it->second[k] - want[k]);
+    for (size_t k = 0; k < want.size(); ++k) {
+      const double d = std::abs(double(it->second[k]) - double(want[k]));
+      max = std::max(max, d);
+      sum += d;
+      over += d > 1e-6 ? 1 : 0;
+    }
     n += double(want.size());
   }
-  return n > 0 ? sum / n : 0.0;
+  return n > 0 ? Distance{max, sum / n, over / n} : Distance{};
+}
+inline double max_abs_diff(const HostValues& got, const HostValues& reference) {
+  return distance(got, reference).max;
 }
 
 constexpr int kBertSteps = 20, kMicro = 2;
@@ -108,6 +108,13 @@ constexpr optim::AdamWOptions kBertAdamW{.lr = 1e-3, .weight_decay = 0.01};
 // up to 20 lr = 2e-2 (measured 0.008-0.011 at 2-4 ranks); the mean must stay far below that
 // (measured 3e-5, half the 6e-5 that separates one bf16 process from one f32 process).
 constexpr double kBf16MaxTolerance = 20 * 1e-3, kBf16MeanTolerance = 1e-4;
+
+// The f32 bounds. All but a few hundred of the 3.4 M entries land within 1e-6 of one process
+// (measured 0.005-0.023% beyond it at 2-4 ranks, mean 3e-9 to 3e-8); those few are the elements
+// whose gradient cancels to rounding noise, first among them the attention key biases (softmax
+// ignores them, so their exact gradient is zero), where AdamW's division by the root of the second
+// moment turns a last-bit difference into a step of up to lr (max measured 3.4e-5).
+constexpr double kF32FractionOver1e6 = 1e-3, kF32MeanTolerance = 1e-7, kF32MaxTolerance = 1e-4;
 
 // One process on the whole batch: the weights every f32 strategy must reach.
 inline HostValues bert_reference(int world) {
@@ -175,12 +182,14 @@ inline bool check_bert(const std::shared_ptr<ProcessGroup>& pg, ShardingStrategy
                        std::optional<DType> param_dtype = std::nullopt) {
   const int world = pg->size(), rank = pg->rank();
   const HostValues got = train_bert_sharded(pg, s, param_dtype, kRowsPerRank * world, kRowsPerRank * rank, kRowsPerRank);
-  const double diff = max_abs_diff(got, reference), mean = mean_abs_diff(got, reference);
-  const bool ok = param_dtype ? diff <= kBf16MaxTolerance && mean <= kBf16MeanTolerance : diff <= 1e-4;
+  const Distance d = distance(got, reference);
+  const bool ok = param_dtype ? d.max <= kBf16MaxTolerance && d.mean <= kBf16MeanTolerance
+                              : d.fraction_over_1e6 <= kF32FractionOver1e6 && d.mean <= kF32MeanTolerance &&
+                                    d.max <= kF32MaxTolerance;
   const std::string name = std::string(distributed::sharding_strategy_name(s)) +
                            (param_dtype ? std::string(" param_dtype ") + dtype_name(*param_dtype) : "");
-  std::printf("rank %d BERT-mini %s, %d ranks, %d steps: max abs diff %.3g, mean %.3g\n", rank, name.c_str(),
-              world, kBertSteps, diff, mean);
+  std::printf("rank %d BERT-mini %s, %d ranks, %d steps: max abs diff %.3g, mean %.3g, %.4f%% over 1e-6\n", rank,
+              name.c_str(), world, kBertSteps, d.max, d.mean, 100 * d.fraction_over_1e6);
   if (ok) std::printf("%s bert ok\n", name.c_str());
   return ok;
 }
