@@ -27,8 +27,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   broadcast_from_rank0(*pg_, state);
 
   reducer_ = Reducer::create(std::move(trainable), pg_,
-                             ReducerOptions{options_.bucket_cap_mb, options_.find_unused_parameters,
-                                            options_.gradient_as_bucket_view});
+                             ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb,
+                                            .first_bucket_cap_mb = options_.first_bucket_cap_mb,
+                                            .find_unused_parameters = options_.find_unused_parameters,
+                                            .gradient_as_bucket_view = options_.gradient_as_bucket_view,
+                                            .static_graph = options_.static_graph});
 }
 
 DistributedDataParallel::~DistributedDataParallel() {

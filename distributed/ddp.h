@@ -24,8 +24,13 @@
 
 namespace ember::distributed {
 
+// The fields of torch's DistributedDataParallel (and Accelerate's DistributedDataParallelKwargs).
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
+  // The first bucket's cap, small so communication starts early in backward (torch's
+  // first-bucket bytes cap, 1 MB). The layout is rebuilt once after the first synchronised
+  // pass, in the order gradients became ready there (docs/ddp_communication.md).
+  double first_bucket_cap_mb = 1.0;
   // Broadcast buffers (e.g. running statistics) from rank 0 in sync_buffers()/forward().
   bool broadcast_buffers = true;
   // Parameters without a gradient in a backward pass count as zeros instead of an error
@@ -33,6 +38,9 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   // .grad becomes a view into the communication buffer: saves a copy and memory.
   bool gradient_as_bucket_view = false;
+  // Every pass uses the same parameters: with find_unused_parameters, the usage all-reduce is
+  // skipped after the first pass; a pass that uses other parameters is an error.
+  bool static_graph = false;
 };
 
 class DistributedDataParallel {
@@ -84,6 +92,11 @@ class DistributedDataParallel {
   // Communication time: total span and the part exposed at the end of backward, per step.
   const CommStats& comm_stats() const { return reducer_->stats(); }
   void reset_comm_stats() { reducer_->reset_stats(); }
+  // Whether the layout follows the first pass's real gradient order yet, and that order.
+  bool buckets_rebuilt() const { return reducer_->buckets_rebuilt(); }
+  std::vector<std::string> gradient_ready_order() const { return reducer_->gradient_ready_order(); }
+  // Gradient order, bucket layout and communication figures, as EMBER_DISTRIBUTED_DEBUG prints.
+  std::string debug_report() const { return reducer_->debug_report(); }
 
  private:
   std::shared_ptr<nn::Module> model_;

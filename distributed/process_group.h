@@ -38,7 +38,7 @@ struct ProcessGroupOptions {
   std::string gloo_hostname;
   // Exchange a size/dtype fingerprint before every allreduce and broadcast, so a mismatch
   // between ranks is reported as such instead of as a failed or stuck transfer. Costs one
-  // small round trip per collective. Also on when EMBER_DISTRIBUTED_DEBUG is set to 1.
+  // small round trip per collective. Also on when EMBER_DISTRIBUTED_DEBUG is DETAIL (or 1).
   // (allgather and reduce_scatter always check.)
   bool check_shapes = false;
   // NCCL: the CUDA device this rank drives; -1 means rank % device_count().

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "distributed/collective_checks.h"
+#include "distributed/debug_level.h"
 #include "distributed/gloo_store_adapter.h"
 #include "distributed/socket_util.h"
 
@@ -301,7 +302,7 @@ ProcessGroupGloo::Impl::Impl(std::shared_ptr<Store> user_store, int rank_, int s
   EMBER_CHECK(size >= 1, "ProcessGroupGloo: size must be at least 1, got ", size);
   EMBER_CHECK(rank >= 0 && rank < size, "ProcessGroupGloo: rank ", rank, " is out of range for size ", size);
   EMBER_CHECK(opt.timeout.count() > 0, "ProcessGroupGloo: timeout must be positive, got ", opt.timeout.count(), " ms");
-  check_shapes = opt.check_shapes || env_or("EMBER_DISTRIBUTED_DEBUG", "0") == "1";
+  check_shapes = opt.check_shapes || debug_level() == DebugLevel::Detail;
   ignore_sigpipe();
   store = group_key_space(user_store, rank);
   const std::string setup = detail::str_cat("ProcessGroupGloo setup (world ", size, ", rank ", rank, ")");

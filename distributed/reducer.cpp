@@ -1,5 +1,8 @@
 #include "distributed/reducer.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "autograd/engine.h"
@@ -31,12 +34,18 @@ Reducer::Reducer(NamedParameters params, std::shared_ptr<ProcessGroup> pg, Reduc
   EMBER_CHECK(pg_ != nullptr, "DistributedDataParallel: process group is null");
   EMBER_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
               options_.bucket_cap_mb);
+  EMBER_CHECK(options_.first_bucket_cap_mb > 0, "DistributedDataParallel: first_bucket_cap_mb must be positive, got ",
+              options_.first_bucket_cap_mb);
+  debug_ = debug_level();
   for (auto& [name, t] : named_) {
     EMBER_CHECK(t.defined() && t.is_leaf() && t.requires_grad(), "DistributedDataParallel: parameter '", name,
                 "' must be a leaf that requires grad");
     params_.push_back(Param{name, t});
   }
-  build_buckets();
+  // Gradients of the last layers usually arrive first in backward, so they fill the first bucket.
+  std::vector<size_t> reverse;
+  for (size_t i = params_.size(); i-- > 0;) reverse.push_back(i);
+  build_buckets(reverse);
 }
 
 Reducer::~Reducer() {
@@ -51,17 +60,19 @@ Reducer::~Reducer() {
   }
 }
 
-void Reducer::build_buckets() {
+void Reducer::build_buckets(const std::vector<size_t>& order) {
   auto new_bucket = [](DType dt, Device dev) {
     Bucket b;
     b.dtype = dt;
     b.device = dev;
     return b;
   };
-  const double cap_bytes = options_.bucket_cap_mb * 1024.0 * 1024.0;
+  buckets_.clear();
+  const double mb = 1024.0 * 1024.0;
+  const double cap_bytes = options_.bucket_cap_mb * mb;
+  const double first_cap_bytes = std::min(options_.first_bucket_cap_mb, options_.bucket_cap_mb) * mb;
   std::vector<size_t> open;  // index of the open bucket for each dtype/device seen so far
-  // Gradients of the last layers arrive first in backward, so they fill the first bucket.
-  for (size_t i = params_.size(); i-- > 0;) {
+  for (size_t i : order) {
     Param& p = params_[i];
     const DType dt = p.tensor.dtype();
     const Device dev = p.tensor.device();
@@ -74,7 +85,8 @@ void Reducer::build_buckets() {
       target = &open.back();
     }
     Bucket* b = &buckets_[*target];
-    if (!b->params.empty() && double((b->numel + p.tensor.numel()) * int64_t(dtype_size(dt))) > cap_bytes) {
+    const double cap = *target == 0 ? first_cap_bytes : cap_bytes;
+    if (!b->params.empty() && double((b->numel + p.tensor.numel()) * int64_t(dtype_size(dt))) > cap) {
       *target = buckets_.size();
       buckets_.push_back(new_bucket(dt, dev));
       b = &buckets_.back();
@@ -87,6 +99,64 @@ void Reducer::build_buckets() {
   for (auto& b : buckets_) {
     b.buffer = zeros({b.numel}, {b.dtype, b.device});
     b.pending = b.params.size();
+  }
+}
+
+void Reducer::rebuild_buckets_from_first_pass() {
+  // Rank 0 decides: its order travels to every rank, so all of them build the same layout.
+  const size_t n = params_.size();
+  Bytes mine(ready_order_.size() * sizeof(int64_t));
+  for (size_t k = 0; k < ready_order_.size(); ++k) {
+    const int64_t v = int64_t(ready_order_[k]);
+    std::memcpy(mine.data() + k * sizeof v, &v, sizeof v);
+  }
+  const std::vector<Bytes> all = pg_->allgather_bytes(mine);
+  EMBER_CHECK(!all.empty() && all[0].size() % sizeof(int64_t) == 0,
+              "DistributedDataParallel: rank 0's gradient order is malformed (", all.empty() ? 0 : all[0].size(),
+              " bytes)");
+  std::vector<bool> placed(n, false);
+  std::vector<size_t> order;
+  for (size_t k = 0; k < all[0].size() / sizeof(int64_t); ++k) {
+    int64_t v = 0;
+    std::memcpy(&v, all[0].data() + k * sizeof v, sizeof v);
+    EMBER_CHECK(v >= 0 && size_t(v) < n && !placed[size_t(v)], "DistributedDataParallel: rank 0's gradient order "
+                "names parameter ", v, " of ", n, " (twice or out of range); do all ranks wrap the same model?");
+    placed[size_t(v)] = true;
+    order.push_back(size_t(v));
+  }
+  layout_order_ = order;
+  // Parameters with no gradient in that pass (unused) go last, in reverse registration order.
+  for (size_t i = n; i-- > 0;)
+    if (!placed[i]) order.push_back(i);
+  ranks_with_other_order_ = 0;
+  for (const auto& theirs : all) ranks_with_other_order_ += theirs != all[0] ? 1 : 0;
+
+  // A .grad that is a view into the old buffers moves into its slot of the new ones.
+  std::vector<Tensor> moved(n);
+  if (options_.gradient_as_bucket_view)
+    for (size_t i = 0; i < n; ++i)
+      if (grad_is_slot(params_[i])) moved[i] = params_[i].tensor.grad();
+  build_buckets(order);
+  for (size_t i = 0; i < n; ++i) {
+    if (!moved[i].defined()) continue;
+    Tensor view = slot(params_[i]);
+    view.copy_(moved[i]);
+    params_[i].tensor.set_grad(view);
+  }
+  rebuilt_ = true;
+  ready_order_.clear();
+  ready_order_.shrink_to_fit();
+  if (debug_ != DebugLevel::Off) std::fprintf(stderr, "%s", layout_report().c_str());
+}
+
+void Reducer::check_static_graph(const std::vector<size_t>& missing) const {
+  std::vector<bool> now(params_.size(), false);
+  for (size_t i : missing) now[i] = true;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (now[i] == (*first_pass_missing_)[i]) continue;
+    EMBER_FAIL("DistributedDataParallel: static_graph, but on rank ", pg_->rank(), " parameter '", params_[i].name,
+               "' ", now[i] ? "received no gradient in this pass and did" : "received a gradient in this pass and did "
+               "not", " in the first one; construct it with static_graph = false when the used parameters change");
   }
 }
 
@@ -124,6 +194,7 @@ void Reducer::on_gradient_ready(size_t index) {
   EMBER_CHECK(!p.ready, "DistributedDataParallel: parameter '", p.name, "' was marked ready twice in one backward "
               "pass; under DistributedDataParallel a parameter accumulates one gradient per backward pass");
   p.ready = true;
+  if (!rebuilt_) ready_order_.push_back(index);
   if (!grad_is_slot(p)) slot(p).copy_(p.tensor.grad());
   Bucket& b = buckets_[p.bucket];
   if (--b.pending == 0) launch_ready_buckets();
@@ -164,6 +235,7 @@ void Reducer::wait_all_launched() {
 }
 
 void Reducer::reset_pass_state() {
+  if (!rebuilt_) ready_order_.clear();
   for (auto& p : params_) p.ready = false;
   for (auto& b : buckets_) {
     b.pending = b.params.size();
@@ -217,24 +289,32 @@ void Reducer::finish_pass() {
       buckets_[p.bucket].pending--;
     }
     launch_ready_buckets();
-    if (options_.find_unused_parameters) {
+    const bool usage_known = options_.static_graph && first_pass_missing_.has_value();
+    if (options_.find_unused_parameters && !usage_known) {
       std::vector<float> flags(params_.size());
       for (size_t i = 0; i < params_.size(); ++i)
         flags[i] = params_[i].ready || params_[i].tensor.grad().defined() ? 1.0f : 0.0f;
       used = from_vector<float>(flags);
       if (!params_.empty() && !buckets_.empty() && !buckets_[0].device.is_cpu()) used = used.to(buckets_[0].device);
       used_work = pg_->allreduce(used, ReduceOp::Sum);
+      stats_.usage_reductions++;
     }
 
     const auto wait_start = Clock::now();
     wait_all_launched();
     if (used_work) used_work->wait();
     const auto wait_end = Clock::now();
+    if (usage_known) check_static_graph(missing);
 
     const double inv_world = 1.0 / double(pg_->size());
     for (auto& b : buckets_) b.buffer.mul_(inv_world);
-    std::vector<float> used_flags;
+    std::vector<float> used_flags = usage_known ? static_used_flags_ : std::vector<float>{};
     if (used.defined()) used_flags = used.to_vector<float>();
+    if (options_.static_graph && !first_pass_missing_) {
+      first_pass_missing_ = std::vector<bool>(params_.size(), false);
+      for (size_t i : missing) (*first_pass_missing_)[i] = true;
+      static_used_flags_ = used_flags;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = params_[i];
       if (!used_flags.empty() && used_flags[i] == 0.0f) continue;  // no rank used it: leave .grad alone
@@ -255,6 +335,8 @@ void Reducer::finish_pass() {
     stats_.last_comm_ms = launched_any_ ? ms(wait_end - first_launch_).count() : stats_.last_exposed_ms;
     stats_.total_exposed_ms += stats_.last_exposed_ms;
     stats_.total_comm_ms += stats_.last_comm_ms;
+    if (debug_ == DebugLevel::Detail) std::fprintf(stderr, "%s", step_report().c_str());
+    if (!rebuilt_) rebuild_buckets_from_first_pass();
   } catch (...) {
     if (used_work) {
       try {

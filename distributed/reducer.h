@@ -1,5 +1,8 @@
 // Reducer: the gradient side of DistributedDataParallel. Parameters are grouped into buckets
-// (reverse registration order, one dtype/device per bucket, about bucket_cap_mb each). When the
+// (reverse registration order, one dtype/device per bucket, the first about first_bucket_cap_mb,
+// the rest about bucket_cap_mb). After the first synchronised pass the layout is rebuilt once
+// from the order its gradients really became ready (rank 0's order, so every rank agrees; see
+// docs/ddp_communication.md). When the
 // last gradient of a bucket has been accumulated, the bucket's gradients are copied into one
 // flat buffer (allocated once, reused every step) and all-reduced asynchronously, so the
 // communication overlaps the rest of backward. A callback queued on the autograd engine waits
@@ -11,22 +14,29 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/removable_handle.h"
+#include "distributed/debug_level.h"
 #include "distributed/process_group.h"
 
 namespace ember::distributed {
 
 struct ReducerOptions {
   double bucket_cap_mb = 25.0;
+  // The first bucket's cap (at most bucket_cap_mb): small, so communication starts early.
+  double first_bucket_cap_mb = 1.0;
   // Parameters without a gradient in a pass count as zeros instead of being an error.
   bool find_unused_parameters = false;
   // After a synchronised backward, each .grad is a view into its bucket's buffer: no copy
   // back, and the next pass accumulates straight into the bucket.
   bool gradient_as_bucket_view = false;
+  // Every pass uses the same parameters: after the first, the usage all-reduce of
+  // find_unused_parameters is skipped, and a pass that breaks the promise is an error.
+  bool static_graph = false;
 };
 
 // Communication timing, for benchmarks. The span of a step runs from the first bucket's
@@ -36,11 +46,14 @@ struct CommStats {
   int64_t steps = 0;             // synchronised backward passes
   int64_t buckets_reduced = 0;   // all-reduces issued
   int64_t bytes_reduced = 0;
+  int64_t usage_reductions = 0;  // find_unused_parameters' all-reduces of usage flags
   double total_comm_ms = 0;      // sum of per-step spans
   double total_exposed_ms = 0;   // sum of per-step waits
   double last_comm_ms = 0;
   double last_exposed_ms = 0;
   double total_hidden_ms() const { return total_comm_ms - total_exposed_ms; }
+  // Share of the communication span that overlapped backward (0 before any step).
+  double hidden_fraction() const { return total_comm_ms > 0 ? total_hidden_ms() / total_comm_ms : 0.0; }
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -67,6 +80,13 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+  // True once the layout has been rebuilt from the first synchronised pass's gradient order.
+  bool buckets_rebuilt() const { return rebuilt_; }
+  // The order the layout was rebuilt from (rank 0's), as parameter names; empty before.
+  std::vector<std::string> gradient_ready_order() const;
+  // The gradient order, the layout and the communication figures, as text (what
+  // EMBER_DISTRIBUTED_DEBUG prints; docs/ddp_communication.md section 4).
+  std::string debug_report() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -90,7 +110,14 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   struct PassToken;
 
   Reducer(NamedParameters params, std::shared_ptr<ProcessGroup> pg, ReducerOptions options);
-  void build_buckets();
+  // Buckets filled in `order` (indices into params_, every one once).
+  void build_buckets(const std::vector<size_t>& order);
+  // After the first synchronised pass: rank 0's gradient order becomes every rank's layout.
+  void rebuild_buckets_from_first_pass();
+  // static_graph: this pass must use the parameters the first one did.
+  void check_static_graph(const std::vector<size_t>& missing) const;
+  std::string layout_report() const;
+  std::string step_report() const;
   void install_hooks();
 
   void on_gradient_ready(size_t index);
@@ -111,6 +138,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<RemovableHandle> hooks_;  // one per parameter
+
+  DebugLevel debug_ = DebugLevel::Off;
+  std::vector<size_t> ready_order_;  // this rank's, recorded until the rebuild
+  std::vector<size_t> layout_order_;  // rank 0's, which the layout follows after the rebuild
+  int ranks_with_other_order_ = 0;
+  bool rebuilt_ = false;
+  // static_graph, from the first pass: which parameters were missing here, which no rank used.
+  std::optional<std::vector<bool>> first_pass_missing_;
+  std::vector<float> static_used_flags_;
 
   bool sync_ = true;
   bool pass_active_ = false;

@@ -32,14 +32,7 @@ std::shared_ptr<data::TensorDataset> make_dataset(int64_t n, uint64_t seed = 100
 
 Tensor loss_of(nn::Module& model, Batch& batch) { return nn::functional::mse_loss(model.forward(batch["x"]), batch["y"]); }
 
-std::vector<float> flat(const nn::Module& m) {
-  std::vector<float> out;
-  for (auto& p : m.parameters()) {
-    auto v = p.to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
+std::vector<float> flat(const nn::Module& m) { return flat_parameters(m); }
 
 std::vector<float> flat_grads(const nn::Module& m) {
   std::vector<float> out;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "core/grad_mode.h"
 #include "distributed/ddp.h"
@@ -124,6 +125,16 @@ inline double max_abs_diff(const nn::Module& a, const nn::Module& b) {
     for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(double(va[k]) - double(vb[k])));
   }
   return worst;
+}
+
+// Every parameter's values, in registration order, end to end.
+inline std::vector<float> flat_parameters(const nn::Module& m) {
+  std::vector<float> out;
+  for (const auto& p : m.parameters()) {
+    auto v = p.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
 }
 
 }  // namespace ember::ddp_test
