@@ -17,8 +17,10 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "distributed/comm_hooks.h"
 #include "distributed/reducer.h"
 #include "nn/module.h"
 
@@ -41,6 +43,9 @@ struct DDPOptions {
   // Every pass uses the same parameters: with find_unused_parameters, the usage all-reduce is
   // skipped after the first pass; a pass that uses other parameters is an error.
   bool static_graph = false;
+  // Built-in communication hook (Accelerate's DDPCommunicationHookType): FP16 / BF16 send each
+  // bucket compressed to half the bytes. A custom hook: register_comm_hook.
+  CommHookType comm_hook = CommHookType::NONE;
 };
 
 class DistributedDataParallel {
@@ -95,6 +100,9 @@ class DistributedDataParallel {
   // Whether the layout follows the first pass's real gradient order yet, and that order.
   bool buckets_rebuilt() const { return reducer_->buckets_rebuilt(); }
   std::vector<std::string> gradient_ready_order() const { return reducer_->gradient_ready_order(); }
+  // Every bucket's reduction goes through `hook` (comm_hooks.h); before the first backward.
+  void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+
   // Gradient order, bucket layout and communication figures, as EMBER_DISTRIBUTED_DEBUG prints.
   std::string debug_report() const { return reducer_->debug_report(); }
 

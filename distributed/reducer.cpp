@@ -221,9 +221,30 @@ void Reducer::launch(size_t index) {
     launched_any_ = true;
     first_launch_ = Clock::now();
   }
-  b.work = pg_->allreduce(b.buffer, ReduceOp::Sum);
+  if (!hook_) {
+    b.work = pg_->allreduce(b.buffer, ReduceOp::Sum);
+    stats_.bytes_reduced += b.numel * int64_t(dtype_size(b.dtype));
+  } else {
+    GradBucket gb;
+    gb.index = index;
+    gb.is_last = index + 1 == buckets_.size();
+    gb.buffer = b.buffer;
+    for (size_t i : b.params) gb.parameter_names.push_back(params_[i].name);
+    gb.process_group = pg_.get();
+    b.work = hook_(gb);
+    EMBER_CHECK(b.work != nullptr, "DistributedDataParallel: the comm hook returned no work for bucket ", index,
+                " on rank ", pg_->rank());
+    stats_.bytes_reduced += gb.wire_bytes;
+  }
   stats_.buckets_reduced++;
-  stats_.bytes_reduced += b.numel * int64_t(dtype_size(b.dtype));
+}
+
+void Reducer::register_comm_hook(CommHook hook) {
+  EMBER_CHECK(static_cast<bool>(hook), "DistributedDataParallel: register_comm_hook was given an empty hook");
+  EMBER_CHECK(!hook_, "DistributedDataParallel: a comm hook is already registered (one per wrapper, as in torch)");
+  EMBER_CHECK(!pass_active_ && stats_.steps == 0, "DistributedDataParallel: register_comm_hook must come before "
+              "the first synchronised backward pass");
+  hook_ = std::move(hook);
 }
 
 void Reducer::wait_all_launched() {
@@ -306,8 +327,10 @@ void Reducer::finish_pass() {
     const auto wait_end = Clock::now();
     if (usage_known) check_static_graph(missing);
 
-    const double inv_world = 1.0 / double(pg_->size());
-    for (auto& b : buckets_) b.buffer.mul_(inv_world);
+    if (!hook_) {  // a hook leaves the average itself
+      const double inv_world = 1.0 / double(pg_->size());
+      for (auto& b : buckets_) b.buffer.mul_(inv_world);
+    }
     std::vector<float> used_flags = usage_known ? static_used_flags_ : std::vector<float>{};
     if (used.defined()) used_flags = used.to_vector<float>();
     if (options_.static_graph && !first_pass_missing_) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/removable_handle.h"
+#include "distributed/comm_hooks.h"
 #include "distributed/debug_level.h"
 #include "distributed/process_group.h"
 
@@ -80,6 +81,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+  // Every bucket's reduction goes through `hook` from now on (it averages; see comm_hooks.h).
+  // Before the first synchronised backward, once, as torch requires.
+  void register_comm_hook(CommHook hook);
+  bool has_comm_hook() const { return static_cast<bool>(hook_); }
+
   // True once the layout has been rebuilt from the first synchronised pass's gradient order.
   bool buckets_rebuilt() const { return rebuilt_; }
   // The order the layout was rebuilt from (rank 0's), as parameter names; empty before.
@@ -140,6 +146,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<RemovableHandle> hooks_;  // one per parameter
 
   DebugLevel debug_ = DebugLevel::Off;
+  CommHook hook_;
   std::vector<size_t> ready_order_;  // this rank's, recorded until the rebuild
   std::vector<size_t> layout_order_;  // rank 0's, which the layout follows after the rebuild
   int ranks_with_other_order_ = 0;

@@ -40,7 +40,7 @@ std::string Reducer::layout_report() const {
   os << "DistributedDataParallel rank " << pg_->rank() << " of " << pg_->size() << ": " << params_.size()
      << " parameters, " << buckets_.size() << " bucket" << (buckets_.size() == 1 ? "" : "s")
      << (rebuilt_ ? " (rebuilt from the first pass's gradient order)" : " (reverse registration order)")
-     << (options_.static_graph ? ", static_graph" : "") << "\n";
+     << (options_.static_graph ? ", static_graph" : "") << (hook_ ? ", comm hook" : "") << "\n";
   if (rebuilt_) {
     os << "  gradient-ready order (first pass, rank 0): " << joined(gradient_ready_order()) << "\n";
     if (ranks_with_other_order_ > 0)

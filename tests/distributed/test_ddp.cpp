@@ -381,6 +381,7 @@ TEST(DDPProcesses, TwoProcessesMatchOneProcessOnTheConcatenatedBatch) {
     EXPECT_TRUE(children[r].exited_ok()) << "rank " << r << " " << children[r].log << ":\n" << log;
     EXPECT_NE(log.find("equivalence ok"), std::string::npos) << log;
     EXPECT_NE(log.find("no_sync ok"), std::string::npos) << log;
+    EXPECT_NE(log.find("bf16 comm hook ok"), std::string::npos) << log;
   }
 }
 
