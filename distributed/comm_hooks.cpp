@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
+#include "distributed/powersgd_hook.h"
 
 namespace ember::distributed {
 
@@ -39,6 +40,7 @@ const char* comm_hook_name(CommHookType t) {
     case CommHookType::NONE: return "no";
     case CommHookType::FP16: return "fp16";
     case CommHookType::BF16: return "bf16";
+    case CommHookType::POWER_SGD: return "power_sgd";
   }
   return "?";
 }
@@ -49,7 +51,8 @@ CommHookType parse_comm_hook(const std::string& name) {
   if (v.empty() || v == "no" || v == "none") return CommHookType::NONE;
   if (v == "fp16") return CommHookType::FP16;
   if (v == "bf16") return CommHookType::BF16;
-  EMBER_FAIL("DDP comm hook '", name, "': expected no, fp16 or bf16");
+  if (v == "power_sgd" || v == "powersgd") return CommHookType::POWER_SGD;
+  EMBER_FAIL("DDP comm hook '", name, "': expected no, fp16, bf16 or power_sgd");
 }
 
 std::shared_ptr<Work> allreduce_hook(GradBucket& bucket) {
@@ -80,11 +83,12 @@ CommHook compress_hook(DType wire) {
   };
 }
 
-CommHook comm_hook_for(CommHookType t) {
+CommHook comm_hook_for(CommHookType t, const PowerSGDOptions& powersgd) {
   switch (t) {
     case CommHookType::NONE: return {};
     case CommHookType::FP16: return compress_hook(DType::f16);
     case CommHookType::BF16: return compress_hook(DType::bf16);
+    case CommHookType::POWER_SGD: return powersgd_hook(powersgd);
   }
   return {};
 }

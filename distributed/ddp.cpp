@@ -32,7 +32,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                             .find_unused_parameters = options_.find_unused_parameters,
                                             .gradient_as_bucket_view = options_.gradient_as_bucket_view,
                                             .static_graph = options_.static_graph});
-  if (options_.comm_hook != CommHookType::NONE) reducer_->register_comm_hook(comm_hook_for(options_.comm_hook));
+  if (options_.comm_hook != CommHookType::NONE) reducer_->register_comm_hook(comm_hook_for(options_.comm_hook, options_.powersgd));
 }
 
 DistributedDataParallel::~DistributedDataParallel() {

@@ -44,8 +44,10 @@ struct DDPOptions {
   // skipped after the first pass; a pass that uses other parameters is an error.
   bool static_graph = false;
   // Built-in communication hook (Accelerate's DDPCommunicationHookType): FP16 / BF16 send each
-  // bucket compressed to half the bytes. A custom hook: register_comm_hook.
+  // bucket compressed to half the bytes, POWER_SGD low-rank factors of each gradient matrix. A
+  // custom hook: register_comm_hook.
   CommHookType comm_hook = CommHookType::NONE;
+  PowerSGDOptions powersgd = {};  // with comm_hook = POWER_SGD
 };
 
 class DistributedDataParallel {

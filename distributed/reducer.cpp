@@ -229,7 +229,10 @@ void Reducer::launch(size_t index) {
     gb.index = index;
     gb.is_last = index + 1 == buckets_.size();
     gb.buffer = b.buffer;
-    for (size_t i : b.params) gb.parameter_names.push_back(params_[i].name);
+    for (size_t i : b.params) {
+      gb.parameter_names.push_back(params_[i].name);
+      gb.parameter_shapes.push_back(params_[i].tensor.shape());
+    }
     gb.process_group = pg_.get();
     b.work = hook_(gb);
     EMBER_CHECK(b.work != nullptr, "DistributedDataParallel: the comm hook returned no work for bucket ", index,
