@@ -21,7 +21,10 @@ using namespace ember;
 namespace {
 struct Args : bench::ScalingArgs {
   double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
   std::string task = "cls";
+  distributed::CommHookType hook = distributed::CommHookType::NONE;
+  int powersgd_rank = 4;
 };
 
 Args parse(int argc, char** argv) {
@@ -29,10 +32,14 @@ Args parse(int argc, char** argv) {
   bench::parse_scaling_args(
       argc, argv, a, "ddp_scaling",
       "usage: ddp_scaling [--config bert-mini|bert-tiny|bert-base] [--task cls|mlm] [--batch B] [--seq S]\n"
-      "                   [--warmup W] [--steps N] [--threads T] [--bucket-mb M] [--seed S]\n",
+      "                   [--warmup W] [--steps N] [--threads T] [--bucket-mb M] [--first-bucket-mb M]\n"
+      "                   [--comm-hook no|fp16|bf16|power_sgd] [--powersgd-rank R] [--seed S]\n",
       [&](const std::string& k, const std::string& v) {
         if (k == "--task") a.task = v;
         else if (k == "--bucket-mb") a.bucket_mb = std::stod(v);
+        else if (k == "--first-bucket-mb") a.first_bucket_mb = std::stod(v);
+        else if (k == "--comm-hook") a.hook = distributed::parse_comm_hook(v);
+        else if (k == "--powersgd-rank") a.powersgd_rank = std::stoi(v);
         else return false;
         return true;
       });
@@ -48,8 +55,12 @@ int main(int argc, char** argv) {
     bench::BertBenchModel model(bench::bert_config(a), a.task);
     std::unique_ptr<distributed::DistributedDataParallel> ddp;
     if (pg)
-      ddp = std::make_unique<distributed::DistributedDataParallel>(model.module, pg,
-                                                                   distributed::DDPOptions{.bucket_cap_mb = a.bucket_mb});
+      ddp = std::make_unique<distributed::DistributedDataParallel>(
+          model.module, pg,
+          distributed::DDPOptions{.bucket_cap_mb = a.bucket_mb,
+                                  .first_bucket_cap_mb = a.first_bucket_mb,
+                                  .comm_hook = a.hook,
+                                  .powersgd = {.matrix_approximation_rank = a.powersgd_rank, .start_iter = 2}});
     optim::AdamW opt(model.module->parameters(), {.lr = 1e-4});
     manual_seed(a.seed + 1000 * uint64_t(info.rank));  // each rank its own batches
 
@@ -70,11 +81,13 @@ int main(int argc, char** argv) {
           "{\"kind\": \"result\", \"framework\": \"ember\", \"task\": \"%s\", \"world_size\": %d, \"threads\": %d, "
           "\"layers\": %lld, \"hidden\": %lld, \"batch_per_rank\": %lld, \"seq\": %lld, \"steps\": %lld, "
           "\"median_step_ms\": %.2f, \"tokens_per_s\": %.1f, \"allreduce_ms_per_step\": %.2f, "
-          "\"exposed_allreduce_ms_per_step\": %.2f, \"hidden_share\": %.3f, \"buckets\": %lld}\n",
+          "\"exposed_allreduce_ms_per_step\": %.2f, \"hidden_share\": %.3f, \"buckets\": %lld, \"comm_hook\": \"%s\", "
+          "\"bytes_sent_per_step\": %lld}\n",
           a.task.c_str(), info.world_size, a.threads, (long long)a.layers, (long long)a.hidden, (long long)a.batch,
           (long long)a.seq, (long long)a.steps, med, double(a.batch * a.seq * info.world_size) / (med / 1000.0),
           comm_ms, exposed_ms, comm_ms > 0 ? 1.0 - exposed_ms / comm_ms : 0.0,
-          ddp ? (long long)ddp->bucket_sizes().size() : 0LL);
+          ddp ? (long long)ddp->bucket_sizes().size() : 0LL, distributed::comm_hook_name(a.hook),
+          ddp && ddp->comm_stats().steps ? (long long)(ddp->comm_stats().bytes_reduced / ddp->comm_stats().steps) : 0LL);
     }
     return 0;
   } catch (const Error& e) {

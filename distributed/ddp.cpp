@@ -40,6 +40,11 @@ DistributedDataParallel::~DistributedDataParallel() {
   if (reducer_) reducer_->remove_hooks();
 }
 
+void DistributedDataParallel::overlap_optimizer_step(std::shared_ptr<optim::Optimizer> opt) {
+  EMBER_CHECK(opt != nullptr, "DistributedDataParallel: overlap_optimizer_step was given a null optimizer");
+  reducer_->set_bucket_step([opt](const std::vector<Tensor>& params) { opt->step_only(params); });
+}
+
 void DistributedDataParallel::sync_buffers() {
   if (!options_.broadcast_buffers) return;
   std::vector<Tensor> buffers;

@@ -23,6 +23,7 @@
 #include "distributed/comm_hooks.h"
 #include "distributed/reducer.h"
 #include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace ember::distributed {
 
@@ -102,6 +103,13 @@ class DistributedDataParallel {
   // Whether the layout follows the first pass's real gradient order yet, and that order.
   bool buckets_rebuilt() const { return reducer_->buckets_rebuilt(); }
   std::vector<std::string> gradient_ready_order() const { return reducer_->gradient_ready_order(); }
+  // Steps `opt` on each bucket's parameters as soon as that bucket's average has landed, during
+  // the end of backward, so the last buckets' communication overlaps the first ones' updates
+  // (torch's optimizer in backward). Then the loop does not call opt.step() for them (zero_grad
+  // as usual). Not with gradient clipping (it needs every gradient first), a GradScaler's
+  // unscale, or find_unused_parameters. The wrapper keeps `opt` alive.
+  void overlap_optimizer_step(std::shared_ptr<optim::Optimizer> opt);
+
   // Every bucket's reduction goes through `hook` (comm_hooks.h); before the first backward.
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "core/factory.h"
@@ -147,6 +148,25 @@ void Reducer::rebuild_buckets_from_first_pass() {
   ready_order_.clear();
   ready_order_.shrink_to_fit();
   if (debug_ != DebugLevel::Off) std::fprintf(stderr, "%s", layout_report().c_str());
+}
+
+void Reducer::write_back(Param& p) {
+  Tensor view = slot(p);
+  Tensor g = p.tensor.grad();
+  if (options_.gradient_as_bucket_view) {
+    if (!grad_is_slot(p)) p.tensor.set_grad(view);
+  } else if (g.defined()) {
+    g.copy_(view);
+  } else {
+    p.tensor.set_grad(view.clone());
+  }
+}
+
+void Reducer::set_bucket_step(BucketStep step) {
+  EMBER_CHECK(!options_.find_unused_parameters, "DistributedDataParallel: the optimizer step cannot overlap "
+              "communication with find_unused_parameters (which parameters no rank used is known only at the end)");
+  EMBER_CHECK(!pass_active_, "DistributedDataParallel: set the overlapped optimizer between backward passes");
+  bucket_step_ = std::move(step);
 }
 
 void Reducer::check_static_graph(const std::vector<size_t>& missing) const {
@@ -324,16 +344,34 @@ void Reducer::finish_pass() {
       stats_.usage_reductions++;
     }
 
+    // With an overlapped optimizer each bucket is averaged, written back and stepped as soon
+    // as it lands, while the later buckets are still on the wire.
+    const bool overlap = static_cast<bool>(bucket_step_);
+    const double inv_world = 1.0 / double(pg_->size());
     const auto wait_start = Clock::now();
-    wait_all_launched();
-    if (used_work) used_work->wait();
+    Clock::duration waited{};
+    if (overlap) {
+      for (size_t k = 0; k < buckets_.size(); ++k) {
+        Bucket& b = buckets_[k];
+        const auto w0 = Clock::now();
+        if (b.work) std::exchange(b.work, nullptr)->wait();
+        waited += Clock::now() - w0;
+        if (!hook_) b.buffer.mul_(inv_world);
+        std::vector<Tensor> stepped;
+        for (size_t i : b.params) {
+          write_back(params_[i]);
+          stepped.push_back(params_[i].tensor);
+        }
+        bucket_step_(stepped);
+      }
+    } else {
+      wait_all_launched();
+      if (used_work) used_work->wait();
+      waited = Clock::now() - wait_start;
+    }
     const auto wait_end = Clock::now();
     if (usage_known) check_static_graph(missing);
 
-    if (!hook_) {  // a hook leaves the average itself
-      const double inv_world = 1.0 / double(pg_->size());
-      for (auto& b : buckets_) b.buffer.mul_(inv_world);
-    }
     std::vector<float> used_flags = usage_known ? static_used_flags_ : std::vector<float>{};
     if (used.defined()) used_flags = used.to_vector<float>();
     if (options_.static_graph && !first_pass_missing_) {
@@ -341,23 +379,16 @@ void Reducer::finish_pass() {
       for (size_t i : missing) (*first_pass_missing_)[i] = true;
       static_used_flags_ = used_flags;
     }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = params_[i];
-      if (!used_flags.empty() && used_flags[i] == 0.0f) continue;  // no rank used it: leave .grad alone
-      Tensor view = slot(p);
-      Tensor g = p.tensor.grad();
-      if (options_.gradient_as_bucket_view) {
-        if (!grad_is_slot(p)) p.tensor.set_grad(view);
-      } else if (g.defined()) {
-        g.copy_(view);
-      } else {
-        p.tensor.set_grad(view.clone());
-      }
+    if (!overlap) {
+      if (!hook_)  // a hook leaves the average itself
+        for (auto& b : buckets_) b.buffer.mul_(inv_world);
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (used_flags.empty() || used_flags[i] != 0.0f) write_back(params_[i]);  // else no rank used it
     }
 
     using ms = std::chrono::duration<double, std::milli>;
     stats_.steps++;
-    stats_.last_exposed_ms = ms(wait_end - wait_start).count();
+    stats_.last_exposed_ms = ms(waited).count();
     stats_.last_comm_ms = launched_any_ ? ms(wait_end - first_launch_).count() : stats_.last_exposed_ms;
     stats_.total_exposed_ms += stats_.last_exposed_ms;
     stats_.total_comm_ms += stats_.last_comm_ms;

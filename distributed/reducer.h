@@ -13,6 +13,7 @@
 // different order.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Before the first synchronised backward, once, as torch requires.
   void register_comm_hook(CommHook hook);
   bool has_comm_hook() const { return static_cast<bool>(hook_); }
+  // Called with each bucket's parameters once their averaged gradients are written back, in
+  // bucket order, while later buckets are still reducing (empty: none). Not with
+  // find_unused_parameters.
+  using BucketStep = std::function<void(const std::vector<Tensor>&)>;
+  void set_bucket_step(BucketStep step);
 
   // True once the layout has been rebuilt from the first synchronised pass's gradient order.
   bool buckets_rebuilt() const { return rebuilt_; }
@@ -122,6 +128,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void rebuild_buckets_from_first_pass();
   // static_graph: this pass must use the parameters the first one did.
   void check_static_graph(const std::vector<size_t>& missing) const;
+  void write_back(Param& p);  // the bucket's average into p's .grad
   std::string layout_report() const;
   std::string step_report() const;
   void install_hooks();
@@ -147,6 +154,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   DebugLevel debug_ = DebugLevel::Off;
   CommHook hook_;
+  BucketStep bucket_step_;
   std::vector<size_t> ready_order_;  // this rank's, recorded until the rebuild
   std::vector<size_t> layout_order_;  // rank 0's, which the layout follows after the rebuild
   int ranks_with_other_order_ = 0;

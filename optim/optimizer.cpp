@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <unordered_set>
+#include <utility>
 
 #include "core/grad_mode.h"
 
@@ -178,6 +180,26 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
   for (const auto& g : groups_)
     for (const auto& p : g.params) state_.erase(p.impl());
   state_.merge(state);
+}
+
+void Optimizer::step_only(const std::vector<Tensor>& params) {
+  std::unordered_set<const TensorImpl*> wanted;
+  for (const Tensor& p : params) wanted.insert(p.impl());
+  std::vector<std::vector<Tensor>> all;
+  all.reserve(groups_.size());
+  for (ParamGroup& g : groups_) {
+    std::vector<Tensor> some;
+    for (const Tensor& p : g.params)
+      if (wanted.count(p.impl())) some.push_back(p);
+    all.push_back(std::exchange(g.params, std::move(some)));
+  }
+  try {
+    step();
+  } catch (...) {
+    for (size_t k = 0; k < groups_.size(); ++k) groups_[k].params = std::move(all[k]);
+    throw;
+  }
+  for (size_t k = 0; k < groups_.size(); ++k) groups_[k].params = std::move(all[k]);
 }
 
 }  // namespace ember::optim

@@ -35,6 +35,10 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   virtual void step() = 0;
+  // step() restricted to `params` (those of its groups that are listed; the rest are left
+  // alone, state included): how data parallel updates one bucket as soon as its gradients are
+  // reduced. An optimizer whose step is not per parameter would need its own.
+  void step_only(const std::vector<Tensor>& params);
   void zero_grad(bool set_to_none = true);
   void add_param_group(ParamGroup group);
   std::vector<ParamGroup>& param_groups() { return groups_; }
