@@ -15,7 +15,7 @@ AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<optim::Optimizer> opt
 void AcceleratedOptimizer::step() {
   if (!gradient_state_->sync_gradients()) return;
   if (scaler_ == nullptr) {
-    optimizer_->step();
+    if (!stepped_in_backward_) optimizer_->step();
     step_was_skipped_ = false;
     ++num_updates_;
     if (after_step_) after_step_();

@@ -54,6 +54,10 @@ class AcceleratedOptimizer {
   optim::Optimizer* operator->() { return optimizer_.get(); }
   // The loss scaler steps go through (nullptr without fp16).
   optim::GradScaler* scaler() const { return scaler_.get(); }
+  // The wrapped optimizer is stepped by DDP during backward (AcceleratorOptions::
+  // overlap_optimizer_step): step() only counts the update and runs the after-step work.
+  void set_stepped_in_backward(bool on) { stepped_in_backward_ = on; }
+  bool stepped_in_backward() const { return stepped_in_backward_; }
   // Runs after every synchronising step() (updated or skipped): sharded models gather there.
   void set_after_step(std::function<void()> fn) { after_step_ = std::move(fn); }
 
@@ -63,6 +67,7 @@ class AcceleratedOptimizer {
   std::shared_ptr<optim::GradScaler> scaler_;
   std::function<void()> after_step_;
   bool step_was_skipped_ = false;
+  bool stepped_in_backward_ = false;
   int64_t num_updates_ = 0;
 };
 

@@ -161,7 +161,9 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
 std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared_ptr<optim::Optimizer> opt) {
   EMBER_CHECK(opt != nullptr, "Accelerator::prepare: the optimizer is null");
   shard_parameter_groups(*opt);
+  const bool in_backward = overlap_with_ddp(opt);
   auto wrapped = std::make_shared<AcceleratedOptimizer>(std::move(opt), gradient_state_, scaler_);
+  wrapped->set_stepped_in_backward(in_backward);
   if (std::any_of(fsdps_.begin(), fsdps_.end(), [](const auto& f) { return f != nullptr; })) {
     // Sharded models: the step updated this rank's slices; gather the rest for the next forward.
     std::weak_ptr<GradientState> alive = gradient_state_;
@@ -173,6 +175,31 @@ std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared
   }
   optimizers_.push_back(wrapped);
   return wrapped;
+}
+
+bool Accelerator::overlap_with_ddp(const std::shared_ptr<optim::Optimizer>& opt) {
+  if (!options_.overlap_optimizer_step || num_processes() == 1) return false;
+  const char* who = "Accelerator::prepare: overlap_optimizer_step";
+  EMBER_CHECK(!options_.fsdp, who, " works with DDP; sharded models step their shards after backward");
+  EMBER_CHECK(scaler_ == nullptr, who, " cannot run with fp16 loss scaling (the step would come before the "
+              "scaler could unscale and check the gradients); use bf16 or turn the overlap off");
+  // The one DDP model that holds the optimizer's parameters steps them.
+  DistributedDataParallel* owner = nullptr;
+  for (const auto& d : ddps_) {
+    if (!d) continue;
+    const std::vector<Tensor> mine = d->module()->parameters();
+    for (const auto& g : opt->param_groups())
+      for (const auto& p : g.params)
+        if (std::any_of(mine.begin(), mine.end(), [&](const Tensor& q) { return q.is_same(p); })) {
+          EMBER_CHECK(owner == nullptr || owner == d.get(), who, ": the optimizer steps parameters of two prepared "
+                      "models; give each model its own optimizer");
+          owner = d.get();
+        }
+  }
+  EMBER_CHECK(owner != nullptr, who, ": none of the optimizer's parameters belongs to a prepared model; prepare the "
+              "model before its optimizer");
+  owner->overlap_optimizer_step(opt);
+  return true;
 }
 
 std::shared_ptr<AcceleratedDataLoader> Accelerator::prepare_one(const std::shared_ptr<data::DataLoader>& loader) {
@@ -357,7 +384,14 @@ void Accelerator::unscale_gradients() {
     if (!scaler_->is_unscaled(o->optimizer())) scaler_->unscale_(o->optimizer());
 }
 
+void Accelerator::check_not_stepped_in_backward(const char* op) const {
+  for (const auto& o : optimizers_)
+    EMBER_CHECK(!o->stepped_in_backward(), "Accelerator::", op, ": under overlap_optimizer_step the optimizer "
+                "stepped during backward, before gradients could be clipped; turn the overlap off to clip");
+}
+
 double Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  check_not_stepped_in_backward("clip_grad_norm_");
   if (!sync_gradients()) {
     // Mid-window the gradients stay scaled (more will be added to them); norms scale linearly.
     const double norm = optim::clip_grad_norm_(params, std::numeric_limits<double>::infinity(), norm_type);
@@ -375,6 +409,7 @@ double Accelerator::clip_grad_norm_(const std::vector<Tensor>& params, double ma
 }
 
 void Accelerator::clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  check_not_stepped_in_backward("clip_grad_value_");
   if (!sync_gradients()) return;
   unscale_gradients();
   optim::clip_grad_value_(params, clip_value);

@@ -82,7 +82,7 @@ namespace ember::distributed {
 //   mixed_precision, gradient_accumulation_steps, cpu, split_batches, even_batches,
 //   step_scheduler_with_optimizer, log_with, project_dir, total_limit, seed,
 //   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model,
-//   fsdp, sync_each_batch
+//   fsdp, sync_each_batch, overlap_optimizer_step
 // New options are added at the end, so initialisers written for an older list still compile.
 struct AcceleratorOptions {
   std::string mixed_precision = "no";  // "no" | "fp16" | "bf16"
@@ -136,6 +136,13 @@ struct AcceleratorOptions {
   // Slower, but no full-size gradients are kept between micro-batches: under SHARD_GRAD_OP and
   // FULL_SHARD each rank holds only its gradient shard (4 bytes per parameter less than no_sync).
   bool sync_each_batch = false;
+  // With several processes under DDP: each bucket's parameters are stepped as soon as its
+  // average lands during backward (DistributedDataParallel::overlap_optimizer_step, torch's
+  // optimizer in backward), so the last buckets' communication overlaps the other updates;
+  // opt->step() then only counts the update. Prepare the model before its optimizer. Refused
+  // with fp16 loss scaling and by clip_grad_norm_ (the step ran before either could act); the
+  // weights equal the ordinary step's. One process: the ordinary step.
+  bool overlap_optimizer_step = false;
 };
 
 using tracking::LogValues;
@@ -271,6 +278,10 @@ class Accelerator {
   // Under fsdp: replaces each sharded model's parameters in the optimizer's groups by their shards.
   void shard_parameter_groups(optim::Optimizer& opt) const;
   std::shared_ptr<AcceleratedOptimizer> prepare_optimizer(std::shared_ptr<optim::Optimizer> opt);
+  // overlap_optimizer_step: hands `opt` to the DDP model that owns its parameters; true when it
+  // is stepped during backward from now on.
+  bool overlap_with_ddp(const std::shared_ptr<optim::Optimizer>& opt);
+  void check_not_stepped_in_backward(const char* op) const;
   std::shared_ptr<AcceleratedDataLoader> prepare_data_loader(const data::DataLoader& loader);
   std::shared_ptr<AcceleratedScheduler> prepare_scheduler(std::shared_ptr<optim::LRScheduler> sched);
 

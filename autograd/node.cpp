@@ -82,7 +82,7 @@ Tensors AccumulateGrad::apply(Tensors&& grads) {
   // A snapshot, so a hook may register or remove hooks (itself included) while they run.
   const std::vector<PostAccumulateHook> hooks = leaf_->post_accumulate_hooks;
   for (const PostAccumulateHook& hook : hooks) {
-    if (still_registered(*leaf_, hook.id)) (*hook.fn)(leaf);
+    if (!hook.sparse && still_registered(*leaf_, hook.id)) (*hook.fn)(leaf);
   }
   return {};
 }

@@ -50,6 +50,8 @@ struct BertBenchModel {
   std::shared_ptr<nn::BertForMaskedLM> mlm;
   std::shared_ptr<nn::BertForSequenceClassification> cls;
   std::shared_ptr<nn::Module> module;
+  // DDP steps the optimizer during backward (overlap_optimizer_step): train_step skips step().
+  bool optimizer_stepped_in_backward = false;
   Device device = Device::cpu();
 
   BertBenchModel(const nn::BertConfig& cfg, const std::string& task, Device on = Device::cpu()) : device(on) {
@@ -93,7 +95,7 @@ struct BertBenchModel {
       loss = mlm ? mlm->forward(ids, mask, Tensor(), labels).loss : cls->forward(ids, mask, Tensor(), labels).loss;
     }
     loss.backward();
-    opt.step();
+    if (!optimizer_stepped_in_backward) opt.step();
     opt.zero_grad();
     if (device.is_cuda()) cuda_synchronize(device.index);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -7,6 +7,12 @@ its own batches of --batch (weak scaling). Rank 0 prints one JSON line in ddp_sc
 the step time of a step is the slowest rank's.
 
   ddp_scaling_peer.py --config bert-mini --task cls --world-size 2 --threads 1
+  ddp_scaling_peer.py --world-size 2 --rank 1 --master 10.0.0.1:29600 --comm-hook bf16
+
+With --rank this process is that one rank of a job whose rank 0 serves the Gloo rendezvous at
+--master (one process per machine, as bench/ddp_shaped_link.sh starts them); without it every
+rank is spawned here. --comm-hook picks torch's bf16 / fp16 compression or PowerSGD
+(--powersgd-rank, plain all-reduce for the first 2 iterations, as Ember's bench).
 
 Run it with the settings bench/compare_bert_train.sh uses for PyTorch (README_bert.md).
 """
@@ -34,7 +40,13 @@ def parse(argv):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--comm-hook", choices=["no", "fp16", "bf16", "power_sgd"], default="no")
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--rank", type=int, default=None, help="run only this rank (with --master)")
+    p.add_argument("--master", default=None, help="ADDR:PORT of rank 0's rendezvous (with --rank)")
     args = p.parse_args(argv)
+    if (args.rank is None) != (args.master is None):
+        p.error("--rank and --master go together")
     bert_args = peer.parse_args(["--config", args.config, "--task", args.task, "--threads", str(args.threads),
                                  "--batch", str(args.batch), "--seq", str(args.seq), "--seed", str(args.seed)])
     return args, bert_args
@@ -57,7 +69,8 @@ def train_rank(rank, args, bert_args, port, wrap, report):
     torch.set_num_threads(args.threads)
     world = args.world_size
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        master = getattr(args, "master", None) or f"127.0.0.1:{port}"
+        dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=world)
     torch.manual_seed(args.seed)
     model = peer.build_model(bert_args)
     model.train()
@@ -88,6 +101,9 @@ def run_ranks(worker, args, bert_args):
     """Runs worker(rank, args, bert_args, port) in this process (one rank) or in
     --world-size spawned processes."""
     port = free_port()
+    if getattr(args, "rank", None) is not None:
+        worker(args.rank, args, bert_args, port)
+        return 0
     if args.world_size == 1:
         worker(0, args, bert_args, port)
         return 0
@@ -96,10 +112,24 @@ def run_ranks(worker, args, bert_args):
     return 0
 
 
+def register_comm_hook(net, args):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    if args.comm_hook == "bf16":
+        net.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif args.comm_hook == "fp16":
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.comm_hook == "power_sgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=2)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
 def worker(rank, args, bert_args, port):
     def wrap(model, world):
         import torch
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb) if world > 1 else model
+        if world > 1:
+            register_comm_hook(net, args)
         return net, torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 
     def report(times, torch):
@@ -112,7 +142,7 @@ def worker(rank, args, bert_args, port):
             "batch_per_rank": args.batch, "seq": args.seq, "steps": args.steps,
             "median_step_ms": round(median, 2),
             "tokens_per_s": round(args.batch * args.seq * args.world_size / (median / 1e3), 1),
-            "torch": torch.__version__}), flush=True)
+            "comm_hook": args.comm_hook, "torch": torch.__version__}), flush=True)
 
     train_rank(rank, args, bert_args, port, wrap, report)
 

@@ -3,12 +3,16 @@
 #include "core/tensor.h"
 
 #include <cmath>
+#include <functional>
 #include <iomanip>
-#include <vector>
+#include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/grad_mode.h"
 #include "core/native/copy.h"
+#include "core/sparse_grad.h"
 #include "core/type_dispatch.h"
 
 namespace ember {
@@ -58,8 +62,17 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 Tensor Tensor::grad() const {
-  const auto& g = checked()->grad;
-  return g ? Tensor(g) : Tensor();
+  TensorImpl* impl = checked();
+  if (impl->sparse_grad) {
+    // Whoever reads the whole gradient gets the pending rows added in (one dense table).
+    const std::shared_ptr<RowSparseGrad> rows = std::move(impl->sparse_grad);
+    if (impl->grad) {
+      add_rows_into(Tensor(impl->grad), *rows);
+    } else {
+      impl->grad = to_dense(*rows).impl_ptr();
+    }
+  }
+  return impl->grad ? Tensor(impl->grad) : Tensor();
 }
 
 void Tensor::set_grad(const Tensor& g) {
@@ -68,23 +81,39 @@ void Tensor::set_grad(const Tensor& g) {
                 " does not match tensor of shape ", shape());
   }
   checked()->grad = g.impl_ptr();
+  impl_->sparse_grad.reset();
 }
 
-RemovableHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
-  EMBER_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook: only leaf tensors "
-              "that require grad accumulate gradients");
-  EMBER_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: empty hook");
-  TensorImpl* impl = checked();
+namespace {
+RemovableHandle register_accumulate_hook(const std::shared_ptr<TensorImpl>& impl,
+                                         std::function<void(const Tensor&)> hook, bool sparse) {
   const uint64_t id = impl->next_hook_id++;
   impl->post_accumulate_hooks.push_back(
-      {id, std::make_shared<const std::function<void(const Tensor&)>>(std::move(hook))});
+      {id, std::make_shared<const std::function<void(const Tensor&)>>(std::move(hook)), sparse});
   // Weak: a handle kept after the tensor is gone must not keep it alive.
-  std::weak_ptr<TensorImpl> weak = impl_;
+  std::weak_ptr<TensorImpl> weak = impl;
   return RemovableHandle([weak, id] {
     if (auto alive = weak.lock()) {
       std::erase_if(alive->post_accumulate_hooks, [id](const PostAccumulateHook& h) { return h.id == id; });
     }
   });
+}
+}  // namespace
+
+RemovableHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+  EMBER_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook: only leaf tensors "
+              "that require grad accumulate gradients");
+  EMBER_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: empty hook");
+  checked();
+  return register_accumulate_hook(impl_, std::move(hook), false);
+}
+
+RemovableHandle Tensor::register_post_accumulate_sparse_grad_hook(std::function<void(const Tensor&)> hook) {
+  EMBER_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_sparse_grad_hook: only leaf tensors "
+              "that require grad accumulate gradients");
+  EMBER_CHECK(hook != nullptr, "register_post_accumulate_sparse_grad_hook: empty hook");
+  checked();
+  return register_accumulate_hook(impl_, std::move(hook), true);
 }
 
 Tensor Tensor::detach() const {

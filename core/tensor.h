@@ -72,8 +72,20 @@ class Tensor {
   // ---- autograd
   bool requires_grad() const { return checked()->requires_grad; }
   Tensor& requires_grad_(bool on = true);
+  // The whole gradient: a pending row-sparse part (core/sparse_grad.h) is added into the
+  // dense tensor first. set_grad replaces the whole gradient, row-sparse part included.
   Tensor grad() const;
   void set_grad(const Tensor& g);
+  // Row-sparse gradients (core/sparse_grad.h). With the flag on, embedding lookups of this
+  // leaf leave their gradient as rows in sparse_grad() instead of adding a dense table.
+  Tensor& set_row_sparse_grad(bool on = true);
+  bool row_sparse_grad() const;
+  bool has_sparse_grad() const;
+  RowSparseGrad sparse_grad() const;          // the pending rows (undefined when none)
+  void set_sparse_grad(const RowSparseGrad& g);  // replaces them (undefined: clears), no hooks
+  // Merges `part` into the pending rows, then runs the sparse post-accumulate hooks.
+  void accumulate_sparse_grad(const RowSparseGrad& part);
+  Tensor dense_grad_part() const;  // .grad without the pending rows (undefined when none)
   bool is_leaf() const { return checked()->grad_fn == nullptr; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
   // Backpropagates from this tensor. `grad` may be omitted for a one-element tensor.
@@ -83,6 +95,8 @@ class Tensor {
   // bucketed all-reduce here). Hooks run in registration order; the handle's remove()
   // unregisters this one (a hook removed by an earlier hook of the same pass does not run).
   RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  // The same after rows were accumulated into the row-sparse part (accumulate_sparse_grad).
+  RemovableHandle register_post_accumulate_sparse_grad_hook(std::function<void(const Tensor&)> hook);
   // How many hooks are registered on this tensor and not removed.
   size_t hook_count() const { return checked()->post_accumulate_hooks.size(); }
   // The version counter of this tensor's storage, shared with all its views: every in-place

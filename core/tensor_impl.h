@@ -16,11 +16,14 @@ namespace autograd {
 class Node;
 }
 
-// A hook run after a gradient has been accumulated into a leaf's .grad; `id` is what its
-// RemovableHandle removes.
+struct RowSparseGrad;
+
+// A hook run after a gradient has been accumulated into a leaf's .grad (sparse: into its
+// row-sparse part); `id` is what its RemovableHandle removes.
 struct PostAccumulateHook {
   uint64_t id = 0;
   std::shared_ptr<const std::function<void(const Tensor&)>> fn;
+  bool sparse = false;
 };
 
 struct TensorImpl {
@@ -37,6 +40,8 @@ struct TensorImpl {
   uint32_t output_nr = 0;                   // which output of grad_fn this is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
   std::vector<PostAccumulateHook> post_accumulate_hooks;  // in registration order
+  bool row_sparse_grad = false;  // embedding lookups give this leaf row-sparse gradients
+  std::shared_ptr<RowSparseGrad> sparse_grad;  // the row-sparse part not yet added into grad
   uint64_t next_hook_id = 0;
 
   Device device() const { return storage->device(); }

@@ -121,6 +121,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
                 "ember::checkpoint (autograd/checkpoint.h) instead");
     pretrained->gradient_checkpointing_enable();
   }
+  for (const auto& [name, t] : model_->named_parameters())
+    EMBER_CHECK(!t.row_sparse_grad(), who, ": parameter '", name, "' takes row-sparse gradients (an Embedding "
+                "built with sparse = true); sharded strategies reduce dense flat gradients, so turn sparse off "
+                "(Embedding::set_sparse(false)) or train it under DistributedDataParallel");
   verify_same_model_on_all_ranks(*model_, *pg_, who);
   std::vector<Tensor> state;
   for (auto& [name, t] : model_->named_parameters()) state.push_back(t);

@@ -9,6 +9,7 @@
 #include "autograd/engine.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
+#include "core/sparse_grad.h"
 
 namespace ember::distributed {
 
@@ -42,6 +43,7 @@ Reducer::Reducer(NamedParameters params, std::shared_ptr<ProcessGroup> pg, Reduc
     EMBER_CHECK(t.defined() && t.is_leaf() && t.requires_grad(), "DistributedDataParallel: parameter '", name,
                 "' must be a leaf that requires grad");
     params_.push_back(Param{name, t});
+    params_.back().row_sparse = t.row_sparse_grad();
   }
   // Gradients of the last layers usually arrive first in backward, so they fill the first bucket.
   std::vector<size_t> reverse;
@@ -75,6 +77,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   std::vector<size_t> open;  // index of the open bucket for each dtype/device seen so far
   for (size_t i : order) {
     Param& p = params_[i];
+    if (!p.dense_slot) continue;
     const DType dt = p.tensor.dtype();
     const Device dev = p.tensor.device();
     size_t* target = nullptr;
@@ -126,9 +129,16 @@ void Reducer::rebuild_buckets_from_first_pass() {
     order.push_back(size_t(v));
   }
   layout_order_ = order;
-  // Parameters with no gradient in that pass (unused) go last, in reverse registration order.
-  for (size_t i = n; i-- > 0;)
-    if (!placed[i]) order.push_back(i);
+  // Parameters with no gradient in that pass (unused) go last, in reverse registration order;
+  // a row-sparse table that had no dense part keeps no slot at all.
+  for (size_t i = n; i-- > 0;) {
+    if (placed[i]) continue;
+    if (params_[i].row_sparse) {
+      params_[i].dense_slot = false;
+    } else {
+      order.push_back(i);
+    }
+  }
   ranks_with_other_order_ = 0;
   for (const auto& theirs : all) ranks_with_other_order_ += theirs != all[0] ? 1 : 0;
 
@@ -136,7 +146,7 @@ void Reducer::rebuild_buckets_from_first_pass() {
   std::vector<Tensor> moved(n);
   if (options_.gradient_as_bucket_view)
     for (size_t i = 0; i < n; ++i)
-      if (grad_is_slot(params_[i])) moved[i] = params_[i].tensor.grad();
+      if (params_[i].dense_slot && grad_is_slot(params_[i])) moved[i] = params_[i].tensor.dense_grad_part();
   build_buckets(order);
   for (size_t i = 0; i < n; ++i) {
     if (!moved[i].defined()) continue;
@@ -152,7 +162,7 @@ void Reducer::rebuild_buckets_from_first_pass() {
 
 void Reducer::write_back(Param& p) {
   Tensor view = slot(p);
-  Tensor g = p.tensor.grad();
+  Tensor g = p.tensor.dense_grad_part();
   if (options_.gradient_as_bucket_view) {
     if (!grad_is_slot(p)) p.tensor.set_grad(view);
   } else if (g.defined()) {
@@ -187,6 +197,10 @@ void Reducer::install_hooks() {
     hooks_.push_back(params_[i].tensor.register_post_accumulate_grad_hook([weak, i](const Tensor&) {
       if (auto r = weak.lock()) r->on_gradient_ready(i);
     }));
+    if (!params_[i].row_sparse) continue;
+    hooks_.push_back(params_[i].tensor.register_post_accumulate_sparse_grad_hook([weak](const Tensor&) {
+      if (auto r = weak.lock()) r->on_sparse_gradient_ready();
+    }));
   }
 }
 
@@ -201,7 +215,7 @@ Tensor Reducer::slot(const Param& p) const {
 }
 
 bool Reducer::grad_is_slot(const Param& p) const {
-  Tensor g = p.tensor.grad();
+  Tensor g = p.tensor.dense_grad_part();
   const Tensor& buf = buckets_[p.bucket].buffer;
   return g.defined() && g.impl()->storage == buf.impl()->storage && g.storage_offset() == p.offset &&
          g.is_contiguous();
@@ -213,11 +227,54 @@ void Reducer::on_gradient_ready(size_t index) {
   Param& p = params_[index];
   EMBER_CHECK(!p.ready, "DistributedDataParallel: parameter '", p.name, "' was marked ready twice in one backward "
               "pass; under DistributedDataParallel a parameter accumulates one gradient per backward pass");
+  EMBER_CHECK(p.dense_slot, "DistributedDataParallel: on rank ", pg_->rank(), " the row-sparse table '", p.name,
+              "' received a dense gradient, but in the first pass it had only lookup rows, so it has no bucket; "
+              "a table whose dense uses change between passes needs Embedding::set_sparse(false)");
   p.ready = true;
   if (!rebuilt_) ready_order_.push_back(index);
-  if (!grad_is_slot(p)) slot(p).copy_(p.tensor.grad());
+  if (!grad_is_slot(p)) slot(p).copy_(p.tensor.dense_grad_part());
   Bucket& b = buckets_[p.bucket];
   if (--b.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::on_sparse_gradient_ready() {
+  // The rows wait on the table until the end of backward: reduce_sparse_rows sends them.
+  if (sync_ && !pass_active_) begin_pass();
+}
+
+std::vector<Tensor> Reducer::row_sparse_tensors() const {
+  std::vector<Tensor> out;
+  for (const Param& p : params_)
+    if (p.row_sparse) out.push_back(p.tensor);
+  return out;
+}
+
+void Reducer::reduce_sparse_rows(const std::vector<RowSparseGrad>& local) {
+  const double inv_world = 1.0 / double(pg_->size());
+  size_t table = 0;
+  for (Param& p : params_) {
+    if (!p.row_sparse) continue;
+    // Every rank sends its rows (none is an empty piece), in parameter order, so the
+    // collectives match; the rows are summed in rank order, as a dense all-reduce would.
+    const RowSparseGrad& mine = local.at(table++);
+    const int64_t width = p.tensor.size(1);
+    const Device dev = p.tensor.device();
+    Tensor indices = mine.defined() ? mine.indices : empty({0}, {DType::i64});
+    Tensor values = mine.defined() ? mine.values : empty({0, width}, {p.tensor.dtype(), dev});
+    if (!dev.is_cpu()) indices = indices.to(dev);
+    const std::vector<Tensor> all_indices = pg_->allgather(indices);
+    const std::vector<Tensor> all_values = pg_->allgather(values);
+    std::vector<RowSparseGrad> parts;
+    for (size_t r = 0; r < all_indices.size(); ++r)
+      parts.push_back(RowSparseGrad{all_indices[r].to(Device::cpu()), all_values[r], p.tensor.size(0)});
+    RowSparseGrad sum = merge_row_sparse(parts);
+    if (!sum.defined()) sum = RowSparseGrad{indices.to(Device::cpu()), values, p.tensor.size(0)};
+    p.tensor.set_sparse_grad(scale_rows(sum, inv_world));
+    const int64_t sent = indices.numel() * int64_t(sizeof(int64_t)) + values.numel() * int64_t(dtype_size(values.dtype()));
+    stats_.sparse_gathers++;
+    stats_.sparse_bytes += sent;
+    stats_.bytes_reduced += sent;
+  }
 }
 
 void Reducer::begin_pass() {
@@ -305,7 +362,7 @@ void Reducer::finish_pass() {
   NoGradGuard no_grad;
   std::vector<size_t> missing;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!params_[i].ready) missing.push_back(i);
+    if (!params_[i].ready && !params_[i].row_sparse) missing.push_back(i);
 
   if (!missing.empty() && !options_.find_unused_parameters) {
     abandon_pass();
@@ -322,22 +379,26 @@ void Reducer::finish_pass() {
   Tensor used;
   std::shared_ptr<Work> used_work;
   try {
-    for (size_t i : missing) {
-      Param& p = params_[i];
-      Tensor g = p.tensor.grad();
+    // A gradient that did not come in this pass (a table's dense part, an unused parameter's)
+    // is what the parameter holds locally, or zeros.
+    const auto contribute_local = [&](Param& p) {
+      Tensor g = p.tensor.dense_grad_part();
       if (g.defined()) {
         if (!grad_is_slot(p)) slot(p).copy_(g);
       } else {
         slot(p).zero_();
       }
       buckets_[p.bucket].pending--;
-    }
+    };
+    for (Param& p : params_)
+      if (p.row_sparse && p.dense_slot && !p.ready) contribute_local(p);
+    for (size_t i : missing) contribute_local(params_[i]);
     launch_ready_buckets();
     const bool usage_known = options_.static_graph && first_pass_missing_.has_value();
     if (options_.find_unused_parameters && !usage_known) {
       std::vector<float> flags(params_.size());
       for (size_t i = 0; i < params_.size(); ++i)
-        flags[i] = params_[i].ready || params_[i].tensor.grad().defined() ? 1.0f : 0.0f;
+        flags[i] = params_[i].ready || params_[i].tensor.dense_grad_part().defined() ? 1.0f : 0.0f;
       used = from_vector<float>(flags);
       if (!params_.empty() && !buckets_.empty() && !buckets_[0].device.is_cpu()) used = used.to(buckets_[0].device);
       used_work = pg_->allreduce(used, ReduceOp::Sum);
@@ -348,6 +409,27 @@ void Reducer::finish_pass() {
     // as it lands, while the later buckets are still on the wire.
     const bool overlap = static_cast<bool>(bucket_step_);
     const double inv_world = 1.0 / double(pg_->size());
+    // The tables' local rows, taken before write_back gives them a new .grad (which drops rows).
+    std::vector<RowSparseGrad> local_rows;
+    for (const Tensor& t : row_sparse_tensors()) local_rows.push_back(t.sparse_grad());
+    // First pass: a table that had a dense part on no rank keeps only its rows (no .grad of
+    // zeros, so a lazy optimizer sees a row-sparse gradient) and loses its slot.
+    std::vector<bool> rows_only(params_.size(), false);
+    if (!rebuilt_ && !local_rows.empty()) {
+      std::vector<float> had_dense;
+      for (const Param& p : params_)
+        if (p.row_sparse) had_dense.push_back(p.ready || p.tensor.dense_grad_part().defined() ? 1.0f : 0.0f);
+      Tensor flags = from_vector<float>(had_dense);
+      if (!buckets_.empty() && !buckets_[0].device.is_cpu()) flags = flags.to(buckets_[0].device);
+      pg_->allreduce(flags, ReduceOp::Sum)->wait();
+      const std::vector<float> any = flags.to_vector<float>();
+      size_t t = 0;
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].row_sparse) rows_only[i] = any[t++] == 0.0f;
+    }
+    const auto write_back_dense = [&](size_t i) {
+      if (!rows_only[i]) write_back(params_[i]);
+    };
     const auto wait_start = Clock::now();
     Clock::duration waited{};
     if (overlap) {
@@ -359,17 +441,22 @@ void Reducer::finish_pass() {
         if (!hook_) b.buffer.mul_(inv_world);
         std::vector<Tensor> stepped;
         for (size_t i : b.params) {
-          write_back(params_[i]);
-          stepped.push_back(params_[i].tensor);
+          write_back_dense(i);
+          if (!params_[i].row_sparse) stepped.push_back(params_[i].tensor);  // stepped once its rows are in
         }
-        bucket_step_(stepped);
+        if (!stepped.empty()) bucket_step_(stepped);
       }
+      const auto w0 = Clock::now();
+      reduce_sparse_rows(local_rows);
+      waited += Clock::now() - w0;
+      const std::vector<Tensor> tables = row_sparse_tensors();
+      if (!tables.empty()) bucket_step_(tables);
     } else {
       wait_all_launched();
       if (used_work) used_work->wait();
       waited = Clock::now() - wait_start;
     }
-    const auto wait_end = Clock::now();
+    auto wait_end = Clock::now();
     if (usage_known) check_static_graph(missing);
 
     std::vector<float> used_flags = usage_known ? static_used_flags_ : std::vector<float>{};
@@ -382,8 +469,14 @@ void Reducer::finish_pass() {
     if (!overlap) {
       if (!hook_)  // a hook leaves the average itself
         for (auto& b : buckets_) b.buffer.mul_(inv_world);
-      for (size_t i = 0; i < params_.size(); ++i)
-        if (used_flags.empty() || used_flags[i] != 0.0f) write_back(params_[i]);  // else no rank used it
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (!params_[i].dense_slot) continue;
+        if (used_flags.empty() || used_flags[i] != 0.0f) write_back_dense(i);  // else no rank used it
+      }
+      const auto w0 = Clock::now();
+      reduce_sparse_rows(local_rows);  // after write_back, which may give a table a new .grad
+      waited += Clock::now() - w0;
+      wait_end += Clock::now() - w0;
     }
 
     using ms = std::chrono::duration<double, std::milli>;
@@ -393,6 +486,8 @@ void Reducer::finish_pass() {
     stats_.total_exposed_ms += stats_.last_exposed_ms;
     stats_.total_comm_ms += stats_.last_comm_ms;
     if (debug_ == DebugLevel::Detail) std::fprintf(stderr, "%s", step_report().c_str());
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (rows_only[i]) params_[i].dense_slot = false;
     if (!rebuilt_) rebuild_buckets_from_first_pass();
   } catch (...) {
     if (used_work) {

@@ -8,6 +8,10 @@
 // communication overlaps the rest of backward. A callback queued on the autograd engine waits
 // for every bucket when backward ends, averages and writes the result back into each .grad.
 //
+// A table that takes row-sparse gradients (Embedding(sparse), core/sparse_grad.h) sends only the
+// rows its lookups touched: one all-gather per table after the last bucket is launched, its dense
+// part (a tied decoder's, ready early in backward) in a bucket like any gradient.
+//
 // Buckets are launched strictly in index order on every rank (a ready bucket waits for the
 // ones before it), so the collectives match across ranks even when gradients arrive in a
 // different order.
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "core/removable_handle.h"
+#include "core/sparse_grad.h"
 #include "distributed/comm_hooks.h"
 #include "distributed/debug_level.h"
 #include "distributed/process_group.h"
@@ -49,6 +54,8 @@ struct CommStats {
   int64_t buckets_reduced = 0;   // all-reduces issued
   int64_t bytes_reduced = 0;
   int64_t usage_reductions = 0;  // find_unused_parameters' all-reduces of usage flags
+  int64_t sparse_gathers = 0;    // all-gathers of row-sparse gradients (one per table and pass)
+  int64_t sparse_bytes = 0;      // this rank's rows and indices sent by them (also in bytes_reduced)
   double total_comm_ms = 0;      // sum of per-step spans
   double total_exposed_ms = 0;   // sum of per-step waits
   double last_comm_ms = 0;
@@ -109,6 +116,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     size_t bucket = 0;
     int64_t offset = 0;   // in elements, within the bucket buffer
     bool ready = false;   // its gradient arrived in the current pass
+    // An Embedding(sparse) table: its lookup rows are all-gathered at the end of backward. A
+    // dense part (a tied decoder's) goes through a bucket; dense_slot turns off once the first
+    // pass showed it has none.
+    bool row_sparse = false;
+    bool dense_slot = true;
   };
   struct Bucket {
     DType dtype = DType::f32;
@@ -134,6 +146,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void install_hooks();
 
   void on_gradient_ready(size_t index);
+  void on_sparse_gradient_ready();
+  // Every table's rows from every rank, summed and averaged into its row-sparse gradient.
+  void reduce_sparse_rows(const std::vector<RowSparseGrad>& local);
+  std::vector<Tensor> row_sparse_tensors() const;
   void begin_pass();
   void launch_ready_buckets();
   void launch(size_t bucket);

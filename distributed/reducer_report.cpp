@@ -52,6 +52,10 @@ std::string Reducer::layout_report() const {
   for (size_t b = 0; b < buckets_.size(); ++b)
     os << "  bucket " << b << ": " << size_text(sizes[b]) << ", " << names[b].size()
        << " parameter" << (names[b].size() == 1 ? "" : "s") << ": " << joined(names[b]) << "\n";
+  for (const Param& p : params_)
+    if (p.row_sparse)
+      os << "  row-sparse table " << p.name << ": lookup rows all-gathered after the last bucket"
+         << (p.dense_slot ? ", its dense part in a bucket" : ", no dense part") << "\n";
   return os.str();
 }
 

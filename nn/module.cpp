@@ -5,6 +5,7 @@
 
 #include "core/autocast.h"
 #include "core/grad_mode.h"
+#include "core/sparse_grad.h"
 
 namespace ember::nn {
 
@@ -161,6 +162,7 @@ void Module::to(Device device) {
 
 void Module::zero_grad(bool set_to_none) {
   for (auto& p : parameters()) {
+    if (p.has_sparse_grad()) p.set_sparse_grad({});  // rows are dropped, never added to a table
     if (!p.grad().defined()) continue;
     if (set_to_none) {
       p.set_grad(Tensor());

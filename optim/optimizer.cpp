@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/grad_mode.h"
+#include "core/sparse_grad.h"
 
 namespace ember::optim {
 
@@ -42,6 +43,10 @@ void Optimizer::zero_grad(bool set_to_none) {
   NoGradGuard ng;
   for (auto& g : groups_)
     for (auto& p : g.params) {
+      if (p.has_sparse_grad()) {
+        Tensor h = p;
+        h.set_sparse_grad({});  // rows are dropped, never added to a table
+      }
       if (!p.grad().defined()) continue;
       if (set_to_none) {
         Tensor h = p;

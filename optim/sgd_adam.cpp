@@ -1,6 +1,8 @@
 #include "optim/sgd_adam.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -8,12 +10,42 @@
 #include "core/grad_mode.h"
 #include "core/native/copy.h"
 #include "core/native/fused_optim.h"
+#include "core/sparse_grad.h"
 
 namespace ember::optim {
 namespace {
 Tensor dense_grad(const Tensor& p) {
   Tensor g = p.grad();
   return g.is_contiguous() ? g : native::contiguous(g);
+}
+
+// AdamOptions::lazy_sparse: Adam's rule on the rows a row-sparse gradient touched, the rest of
+// the parameter and of its moments left as they are.
+void step_touched_rows(const std::string& optimizer, const Tensor& p, const RowSparseGrad& rows, const Tensor& m,
+                       const Tensor& v, const native::AdamStepArgs& args) {
+  EMBER_CHECK(p.device().is_cpu() && p.is_contiguous(), optimizer, "(lazy_sparse): row-sparse steps run on "
+              "contiguous CPU parameters; this one (shape ", p.shape(), ") is on ", p.device(),
+              p.is_contiguous() ? "" : " and not contiguous", "; turn lazy_sparse off for a dense step");
+  if (rows.nnz_rows() == 0) return;
+  const std::vector<int64_t> index = rows.indices.to_vector<int64_t>();
+  const size_t row_bytes = size_t(p.size(1)) * dtype_size(p.dtype());
+  const auto gather = [&](const Tensor& t) {
+    Tensor out = empty({rows.nnz_rows(), p.size(1)}, {p.dtype(), p.device()});
+    for (size_t k = 0; k < index.size(); ++k)
+      std::memcpy(static_cast<char*>(out.raw_data()) + k * row_bytes,
+                  static_cast<const char*>(t.raw_data()) + size_t(index[k]) * row_bytes, row_bytes);
+    return out;
+  };
+  const auto scatter = [&](const Tensor& from, const Tensor& t) {
+    for (size_t k = 0; k < index.size(); ++k)
+      std::memcpy(static_cast<char*>(t.raw_data()) + size_t(index[k]) * row_bytes,
+                  static_cast<const char*>(from.raw_data()) + k * row_bytes, row_bytes);
+  };
+  const Tensor pr = gather(p), mr = gather(m), vr = gather(v);
+  native::adam_step(pr, rows.values, mr, vr, args);
+  scatter(pr, p);
+  scatter(mr, m);
+  scatter(vr, v);
 }
 }  // namespace
 
@@ -52,7 +84,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
     : Optimizer(decoupled ? "AdamW" : "Adam", std::move(groups),
                 {{"lr", o.lr}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
                  {"weight_decay", o.weight_decay}}),
-      decoupled_(decoupled) {
+      decoupled_(decoupled),
+      lazy_sparse_(o.lazy_sparse) {
   EMBER_CHECK(o.lr >= 0, name_, ": invalid learning rate ", o.lr);
   EMBER_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, name_, ": invalid betas (", o.beta1,
               ", ", o.beta2, ")");
@@ -91,7 +124,8 @@ void Adam::step() {
       pending.clear();
     };
     for (auto& p : g.params) {
-      if (!p.grad().defined()) continue;
+      const bool rows_only = lazy_sparse_ && p.has_sparse_grad() && !p.dense_grad_part().defined();
+      if (!rows_only && !p.grad().defined()) continue;
       ParamState& st = state(p);
       auto& m = st.buffers["exp_avg"];
       auto& v = st.buffers["exp_avg_sq"];
@@ -100,6 +134,10 @@ void Adam::step() {
         v = zeros(p.shape(), {p.dtype(), p.device()});
       }
       ++st.step;
+      if (rows_only) {
+        step_touched_rows(name_, p, p.sparse_grad(), m, v, args_at(st.step));
+        continue;
+      }
       const Tensor grad = dense_grad(p);
       if (!p.device().is_cuda()) {
         native::adam_step(p, grad, m, v, args_at(st.step));
@@ -123,6 +161,6 @@ void Adam::step() {
 }
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
-    : Adam(std::move(groups), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true) {}
+    : Adam(std::move(groups), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.lazy_sparse}, true) {}
 
 }  // namespace ember::optim

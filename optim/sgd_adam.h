@@ -26,6 +26,11 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // A parameter whose whole gradient is row-sparse (core/sparse_grad.h: an Embedding(sparse)
+  // not tied to a dense use) updates only the rows it touched, as torch.optim.SparseAdam does:
+  // the moments of the other rows do not decay and weight decay reaches touched rows only.
+  // Off: the rows are added into a dense gradient and every row steps (the exact dense rule).
+  bool lazy_sparse = false;
 };
 
 class Adam : public Optimizer {
@@ -39,6 +44,7 @@ class Adam : public Optimizer {
 
  private:
   bool decoupled_;
+  bool lazy_sparse_ = false;
   double grad_scale_ = 1.0;
 };
 
@@ -48,6 +54,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  bool lazy_sparse = false;  // as AdamOptions::lazy_sparse
 };
 
 class AdamW : public Adam {

@@ -6,6 +6,7 @@
 #include "core/native/copy.h"
 #include "core/native/nn_functional.h"
 #include "core/ops.h"
+#include "core/sparse_grad.h"
 
 namespace ember {
 using autograd::Tensors;
@@ -17,6 +18,18 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   if (!autograd::needs_grad({weight})) return out;
   const autograd::SavedTensor saved_indices = autograd::save(indices);
   const DType dtype = weight.dtype();
+  if (weight.is_leaf() && weight.row_sparse_grad()) {
+    // The rows go straight to the table's row-sparse gradient (core/sparse_grad.h); no dense
+    // table is built, so the node has no edge into the table's accumulator.
+    std::shared_ptr<TensorImpl> table = weight.impl_ptr();
+    autograd::record("EmbeddingSparseBackward", {}, {out},
+                     [saved_indices, num, padding_row, dtype, table](const Tensors& g) -> Tensors {
+                       Tensor(table).accumulate_sparse_grad(
+                           coalesce_rows(saved_indices.unpack(), native::to_dtype(g[0], dtype), num, padding_row));
+                       return {};
+                     });
+    return out;
+  }
   autograd::record("EmbeddingBackward", {weight}, {out},
                    [saved_indices, num, padding_row, dtype](const Tensors& g) -> Tensors {
                      return {native::embedding_backward(native::to_dtype(g[0], dtype), saved_indices.unpack(), num,

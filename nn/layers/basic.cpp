@@ -23,7 +23,7 @@ Tensor Linear::forward(const Tensor& x) {
   return scope.exit(linear(x, weight, bias));
 }
 
-Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad)
+Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad, bool sparse)
     : Module("Embedding"), num_embeddings(n), embedding_dim(dim), padding_idx(pad) {
   EMBER_CHECK(n > 0 && dim > 0, "Embedding: sizes must be positive, got ", n, " x ", dim);
   if (pad) {
@@ -36,6 +36,7 @@ Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad)
     NoGradGuard ng;
     weight.select(0, *padding_idx).zero_();
   }
+  if (sparse) weight.set_row_sparse_grad();
 }
 
 Tensor Embedding::forward(const Tensor& indices) {

@@ -23,8 +23,14 @@ class Linear : public Module {
 
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+  // sparse: lookups leave the weight a row-sparse gradient (the rows they read; see
+  // core/sparse_grad.h), as torch.nn.Embedding(sparse=True) does; DDP then all-gathers those
+  // rows instead of all-reducing the table.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt,
+            bool sparse = false);
   Tensor forward(const Tensor& indices) override;
+  void set_sparse(bool on) { weight.set_row_sparse_grad(on); }
+  bool sparse() const { return weight.row_sparse_grad(); }
   Tensor weight;
   int64_t num_embeddings, embedding_dim;
   std::optional<int64_t> padding_idx;

@@ -86,6 +86,15 @@ TEST_F(AcceleratorProcesses, AccumulationMatchesTheLargeBatchOnOneAndTwoProcesse
       << outcomes[0].output;
 }
 
+TEST_F(AcceleratorProcesses, OptimizerSteppedDuringBackwardMatchesTheLargeBatch) {
+  // AcceleratorOptions::overlap_optimizer_step: DDP steps each bucket as it lands; one process
+  // steps as usual.
+  expect_all(run(0, {"accum", "3", "2", "overlap"}), "accum overlap ok");
+  auto outcomes = run(2, {"accum", "3", "2", "overlap"});
+  expect_all(outcomes, "accum overlap ok");
+  EXPECT_NE(outcomes[0].output.find("updates 3, scheduler steps 6"), std::string::npos) << outcomes[0].output;
+}
+
 TEST_F(AcceleratorProcesses, ShardedDataParallelMatchesTheLargeBatchUnderEachStrategy) {
   // One process: nothing to shard.
   expect_all(run(0, {"fsdp", "SHARD_GRAD_OP", "3", "2", dir_.file("one")}), "fsdp ok");

@@ -385,6 +385,15 @@ TEST(DDPProcesses, TwoProcessesMatchOneProcessOnTheConcatenatedBatch) {
   }
 }
 
+TEST(DDPProcesses, RowSparseWordEmbeddingsTrainBertMiniAsTheDenseTableDoes) {
+  auto children = run_workers(2, "sparse", std::chrono::seconds(120));
+  for (size_t r = 0; r < children.size(); ++r) {
+    const std::string log = children[r].take_log();
+    EXPECT_TRUE(children[r].exited_ok()) << "rank " << r << " " << children[r].log << ":\n" << log;
+    EXPECT_NE(log.find("sparse embeddings ok"), std::string::npos) << log;
+  }
+}
+
 TEST(DDPProcesses, ShapeMismatchIsReportedByEveryProcess) {
   auto children = run_workers(2, "mismatch", std::chrono::seconds(60));
   for (size_t r = 0; r < children.size(); ++r) {

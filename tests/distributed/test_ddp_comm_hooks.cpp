@@ -50,13 +50,6 @@ TrainedRun train(int world, const DDPOptions& options, const CommHook& hook = {}
   return run;
 }
 
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
-  return d;
-}
-
 }  // namespace
 
 TEST(DDPCommHooks, ACustomHookSeesEveryBucketAndTheAllreduceHookIsExact) {
@@ -90,7 +83,7 @@ TEST(DDPCommHooks, Fp16AndBf16CompressionHalveTheBytesWithinTheirRounding) {
   const TrainedRun plain = train(2, {});
   for (auto [type, tolerance] : {std::pair{CommHookType::FP16, 1e-4}, std::pair{CommHookType::BF16, 1e-3}}) {
     const TrainedRun compressed = train(2, {.comm_hook = type});
-    const double d = max_diff(compressed.weights[0], plain.weights[0]);
+    const double d = max_abs_diff(compressed.weights[0], plain.weights[0]);
     EXPECT_LE(d, tolerance) << comm_hook_name(type);
     EXPECT_GT(d, 0.0) << comm_hook_name(type) << ": the wire should round";
     EXPECT_EQ(compressed.weights[0], compressed.weights[1]) << comm_hook_name(type);  // ranks agree
@@ -99,7 +92,7 @@ TEST(DDPCommHooks, Fp16AndBf16CompressionHalveTheBytesWithinTheirRounding) {
   // Three ranks: an uneven world divides before the cast.
   const TrainedRun plain3 = train(3, {});
   const TrainedRun bf16 = train(3, {.comm_hook = CommHookType::BF16});
-  EXPECT_LE(max_diff(bf16.weights[2], plain3.weights[2]), 1e-3);
+  EXPECT_LE(max_abs_diff(bf16.weights[2], plain3.weights[2]), 1e-3);
 }
 
 TEST(DDPCommHooks, MisuseIsAClearError) {
@@ -131,7 +124,7 @@ TEST(DDPCommHooks, PowerSGDAtFullRankIsThePlainAverage) {
   const TrainedRun plain = train(2, {}, {}, plan);
   PowerSGDOptions full{.matrix_approximation_rank = 16, .start_iter = 0, .min_compression_rate = 0};
   const TrainedRun psgd = train(2, {.comm_hook = CommHookType::POWER_SGD, .powersgd = full}, {}, plan);
-  EXPECT_LE(max_diff(psgd.weights[0], plain.weights[0]), 1e-5);
+  EXPECT_LE(max_abs_diff(psgd.weights[0], plain.weights[0]), 1e-5);
   EXPECT_EQ(psgd.weights[0], psgd.weights[1]);
 }
 

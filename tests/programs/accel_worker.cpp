@@ -4,8 +4,10 @@
 //
 //   accel_worker ddp <steps> <batch>              prepared DDP training == one process on the
 //                                                 concatenated batches; prints "ddp ok"
-//   accel_worker accum <steps> <batch>            4 micro-batches under accumulate() == one 4x
+//   accel_worker accum <steps> <batch> [overlap]  4 micro-batches under accumulate() == one 4x
 //                                                 batch, scheduler counts; prints "accum ok"
+//                                                 (overlap: the optimizer stepped by DDP in
+//                                                 backward, clipping refused; "accum overlap ok")
 //   accel_worker metrics <n> <batch> <split>      gather_for_metrics sees every sample once, in
 //                                                 order; other collectives; prints "metrics ok"
 //   accel_worker train <project> <out> <total> <stop_at> <resume>
@@ -240,9 +242,9 @@ int64_t scheduler_steps(AcceleratorOptions opt, int64_t batches) {
   return s->last_step();
 }
 
-int run_accum(int64_t steps, int64_t b) {
+int run_accum(int64_t steps, int64_t b, bool overlap) {
   constexpr int K = 4;
-  Accelerator acc({.gradient_accumulation_steps = K});
+  Accelerator acc({.gradient_accumulation_steps = K, .overlap_optimizer_step = overlap});
   const int R = acc.num_processes();
   auto ds = make_dataset(steps * K * R * b, 200);
   double ref_lr = 0;
@@ -254,6 +256,16 @@ int run_accum(int64_t steps, int64_t b) {
   auto sched = optim::get_scheduler("linear", opt, kWarmup * R, 2 * steps * R);
   data::DataLoader loader(ds, {.batch_size = b, .shuffle = true, .seed = 5});
   auto [m, o, l, s] = acc.prepare(model, opt, loader, sched);
+  if (overlap && R > 1) {
+    expect(o->stepped_in_backward(), "overlap_optimizer_step: DDP steps the optimizer during backward");
+    bool refused = false;
+    try {
+      acc.clip_grad_norm_(model->parameters(), 1.0);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("overlap_optimizer_step") != std::string::npos;
+    }
+    expect(refused, "clip_grad_norm_ is refused under overlap_optimizer_step");
+  }
   int64_t syncs = 0;
   for (auto& batch : *l) {
     auto guard = acc.accumulate(m);
@@ -281,7 +293,7 @@ int run_accum(int64_t steps, int64_t b) {
   expect(split == 3, "scheduler with split_batches: one per update");
   expect(every_call == 6, "scheduler without step_with_optimizer: one per call");
   acc.wait_for_everyone();
-  if (!failed) std::printf("accum ok\n");
+  if (!failed) std::printf(overlap ? "accum overlap ok\n" : "accum ok\n");
   return failed ? 1 : 0;
 }
 
@@ -737,7 +749,8 @@ int main(int argc, char** argv) {
   auto arg = [&](int i) -> int64_t { return i < argc ? std::atoll(argv[i]) : 0; };
   try {
     if (mode == "ddp" && argc == 4) return run_ddp(arg(2), arg(3));
-    if (mode == "accum" && argc == 4) return run_accum(arg(2), arg(3));
+    if (mode == "accum" && argc == 4) return run_accum(arg(2), arg(3), false);
+    if (mode == "accum" && argc == 5 && std::string(argv[4]) == "overlap") return run_accum(arg(2), arg(3), true);
     if (mode == "metrics" && argc == 5) return run_metrics(arg(2), arg(3), arg(4) != 0);
     if (mode == "train" && argc == 7) return run_train(argv[2], argv[3], arg(4), arg(5), arg(6) != 0);
     if (mode == "amp" && argc == 2) return run_amp();

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -125,6 +126,14 @@ inline double max_abs_diff(const nn::Module& a, const nn::Module& b) {
     for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(double(va[k]) - double(vb[k])));
   }
   return worst;
+}
+
+// The largest elementwise distance of two runs' flat_parameters (infinity when sizes differ).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
+  return d;
 }
 
 // Every parameter's values, in registration order, end to end.
