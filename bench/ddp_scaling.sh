@@ -43,10 +43,16 @@ ember_run() {  # world task -> JSON line
     --config "$config" --task "$2" --batch "$batch" --seq "$seq" --warmup "$warmup" --steps "$steps" \
     --threads "$threads" | sed -n 's/^\[rank 0\] //p' | grep '"kind": "result"'
 }
-peer_run() {
+peer_once() {
   "${peer_env[@]}" "$peer_python" "$repo_root/bench/ddp_scaling_peer.py" --config "$config" --task "$2" \
     --world-size "$1" --threads "$threads" --batch "$batch" --seq "$seq" --warmup "$warmup" --steps "$steps" \
-    | grep '"kind": "result"'
+    | grep '"kind": "result"' || true
+}
+peer_run() {  # torch's Gloo teardown aborts now and then ("terminate called..."): one retry
+  local line
+  line=$(peer_once "$@")
+  [[ -n $line ]] || line=$(peer_once "$@")
+  echo "$line"
 }
 
 echo "| task | framework | 1 rank ms/step | $ranks ranks ms/step | efficiency | all-reduce hidden |"
