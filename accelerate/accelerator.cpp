@@ -52,6 +52,7 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   if (options_.mixed_precision == "fp16")
     scaler_ = std::make_shared<optim::GradScaler>(options_.scaler, agree_on_overflow(state_->process_group().get()));
   if (options_.seed) set_seed(*options_.seed);
+  heartbeat_ = std::make_unique<Heartbeat>(state_->process_index());
 }
 
 Accelerator::~Accelerator() {
@@ -100,6 +101,13 @@ void Accelerator::validate_options() const {
               "Accelerator: check_finite_loss must be 'no', 'warn' or 'error', got '", o.check_finite_loss, "'");
   EMBER_CHECK(o.log_with.empty() || !o.project_dir.empty(),
               "Accelerator: log_with needs project_dir (runs are written to <project_dir>/<project_name>/)");
+  EMBER_CHECK(o.checkpoint_every_n_steps >= 0, "Accelerator: checkpoint_every_n_steps must be >= 0, got ",
+              o.checkpoint_every_n_steps);
+  EMBER_CHECK(std::isfinite(o.checkpoint_every_seconds) && o.checkpoint_every_seconds >= 0,
+              "Accelerator: checkpoint_every_seconds must be a finite number >= 0, got ", o.checkpoint_every_seconds);
+  EMBER_CHECK((o.checkpoint_every_n_steps == 0 && o.checkpoint_every_seconds == 0) || !o.project_dir.empty(),
+              "Accelerator: checkpoint_every_n_steps / checkpoint_every_seconds need project_dir (automatic "
+              "checkpoints are written to <project_dir>/checkpoints/checkpoint_<n>)");
 }
 
 // ---- experiment tracking
@@ -293,6 +301,7 @@ void Accelerator::shard_parameter_groups(optim::Optimizer& opt) const {
 
 void Accelerator::check_loss(const Tensor& loss, const char* op) {
   ++backward_calls_;
+  heartbeat_->beat(backward_calls_);
   if (options_.check_finite_loss == "no") return;
   double v = 0;
   {
@@ -583,10 +592,12 @@ std::string Accelerator::save_state(const std::string& dir) {
   payload.rng = default_generator().get_state();
   payload.accumulation_step = step_;
   payload.save_iteration = save_iteration_;
+  payload.backward_passes = backward_calls_;
   write_checkpoint(out, payload, *state_);
 
   if (automatic) {
     ++save_iteration_;
+    restart_checkpoint_policy();
     on_main_process("save_state", [&] { rotate_checkpoints(checkpoints_root(options_.project_dir), options_.total_limit); });
   }
   return out;
@@ -597,12 +608,44 @@ std::string Accelerator::resolve_load_dir(const std::string& dir) const {
   EMBER_CHECK(!options_.project_dir.empty(), "load_state: no directory given and AcceleratorOptions::project_dir is empty");
   const std::string root = checkpoints_root(options_.project_dir);
   const auto all = list_checkpoints(root);
-  EMBER_CHECK(!all.empty(), "load_state: no checkpoint under ", root);
-  return all.back().second;
+  return all.empty() ? std::string() : all.back().second;
+}
+
+void Accelerator::restart_checkpoint_policy() {
+  steps_since_checkpoint_ = 0;
+  last_checkpoint_time_ = std::chrono::steady_clock::now();
+}
+
+std::optional<std::string> Accelerator::maybe_save_state() {
+  const auto& o = options_;
+  if (o.checkpoint_every_n_steps == 0 && o.checkpoint_every_seconds == 0) return std::nullopt;
+  if (!sync_gradients()) return std::nullopt;
+  ++steps_since_checkpoint_;
+  bool due = o.checkpoint_every_n_steps > 0 && steps_since_checkpoint_ >= o.checkpoint_every_n_steps;
+  if (o.checkpoint_every_seconds > 0) {
+    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_checkpoint_time_;
+    int64_t late = since.count() >= o.checkpoint_every_seconds ? 1 : 0;
+    // Clocks differ between processes: all follow process 0, or some would save and the others not.
+    if (num_processes() > 1)
+      late = distributed::broadcast(from_vector<int64_t>({late}, {1}), process_group(), 0).item<int64_t>();
+    due = due || late != 0;
+  }
+  if (!due) return std::nullopt;
+  return save_state();
 }
 
 std::string Accelerator::load_state(const std::string& dir) {
   std::string in = resolve_load_dir(dir);
+  // A fresh start: nothing saved yet under project_dir. Every process must see the same
+  // directory, so they agree on whether there is anything to load.
+  if (num_processes() > 1 && dir.empty()) {
+    const std::vector<std::string> seen = gather_object(in);
+    for (size_t r = 1; r < seen.size(); ++r)
+      EMBER_CHECK(seen[r] == seen[0], "load_state: process 0 resumes from '", seen[0].empty() ? "nothing" : seen[0],
+                  "' but process ", r, " from '", seen[r].empty() ? "nothing" : seen[r],
+                  "' (project_dir must be the same shared directory on every process)");
+  }
+  if (in.empty()) return in;
   while (in.size() > 1 && in.back() == '/') in.pop_back();
   std::vector<std::shared_ptr<nn::Module>> models = models_;
   for (auto& [id, hook] : *load_hooks_) hook(models, in);
@@ -622,6 +665,10 @@ std::string Accelerator::load_state(const std::string& dir) {
   const CheckpointPayload saved = read_and_validate_checkpoint(in, targets, *state_);
   apply_checkpoint(saved, targets, *state_);
   step_ = saved.accumulation_step;
+  backward_calls_ = saved.backward_passes;
+  heartbeat_->set_resumed_from(backward_calls_);
+  heartbeat_->beat(backward_calls_);
+  restart_checkpoint_policy();
   if (!options_.project_dir.empty() && same_directory(fs::path(in).parent_path(), checkpoints_root(options_.project_dir)))
     save_iteration_ = saved.save_iteration + 1;
   return in;

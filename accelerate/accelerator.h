@@ -61,6 +61,7 @@
 #include "accelerate/accelerated_scheduler.h"
 #include "accelerate/accelerator_state.h"
 #include "accelerate/checkpointing.h"
+#include "accelerate/heartbeat.h"
 #include "core/autocast.h"
 #include "core/error.h"
 #include "core/removable_handle.h"
@@ -82,7 +83,8 @@ namespace ember::distributed {
 //   mixed_precision, gradient_accumulation_steps, cpu, split_batches, even_batches,
 //   step_scheduler_with_optimizer, log_with, project_dir, total_limit, seed,
 //   sync_with_dataloader, timeout, ddp, scaler, check_finite_loss, autocast_prepared_model,
-//   fsdp, sync_each_batch, overlap_optimizer_step
+//   fsdp, sync_each_batch, overlap_optimizer_step, checkpoint_every_n_steps,
+//   checkpoint_every_seconds
 // New options are added at the end, so initialisers written for an older list still compile.
 struct AcceleratorOptions {
   std::string mixed_precision = "no";  // "no" | "fp16" | "bf16"
@@ -143,6 +145,13 @@ struct AcceleratorOptions {
   // with fp16 loss scaling and by clip_grad_norm_ (the step ran before either could act); the
   // weights equal the ordinary step's. One process: the ordinary step.
   bool overlap_optimizer_step = false;
+  // Automatic checkpoints (Accelerate's ProjectConfiguration, with a policy): maybe_save_state()
+  // saves <project_dir>/checkpoints/checkpoint_<n> once this many optimizer steps have passed
+  // since the last save or load (0: no step policy) ...
+  int64_t checkpoint_every_n_steps = 0;
+  // ... or once this many seconds have passed (process 0's clock decides for every process;
+  // 0: no time policy). Either needs project_dir.
+  double checkpoint_every_seconds = 0;
 };
 
 using tracking::LogValues;
@@ -493,12 +502,26 @@ class Accelerator {
   // (fp16) and the registered objects. Empty `dir`: <project_dir>/checkpoints/checkpoint_<n> (n counts up from 0, or from
   // the loaded checkpoint), keeping at most total_limit of them. Returns the directory.
   std::string save_state(const std::string& dir = "");
-  // Restores a save_state directory (empty: the latest automatic checkpoint) in two phases:
+  // Restores a save_state directory (empty: the latest automatic checkpoint under project_dir,
+  // or nothing at all on a fresh start, when there is none yet) in two phases:
   // every file is read and checked against what was prepared on every process, then, only if
   // all processes accepted it, everything is applied. Raises ember::Error naming the file and
   // the field when it does not fit, with nothing changed on any process. Returns the
-  // directory loaded.
+  // directory loaded ("" when there was nothing to load).
   std::string load_state(const std::string& dir = "");
+  // Saves an automatic checkpoint when the policy (checkpoint_every_n_steps,
+  // checkpoint_every_seconds) says one is due, and returns its directory; nullopt otherwise.
+  // Call it on every process once per micro-batch, after the optimizer and scheduler steps and
+  // zero_grad: it counts the micro-batches that ended an accumulation window (optimizer steps)
+  // and never saves inside a window. With load_state() at the top of the program, one program
+  // serves the first start and every restart:
+  //   acc.load_state();                 // the latest checkpoint, or nothing on a fresh start
+  //   for (auto& batch : *loader) { ...; opt->step(); sched->step(); opt->zero_grad();
+  //                                 acc.maybe_save_state(); }
+  std::optional<std::string> maybe_save_state();
+  // Backward passes of the run so far (restored by load_state, so it counts across restarts);
+  // what `ember launch`'s monitor sees as a rank's step.
+  int64_t backward_passes() const { return backward_calls_; }
   // The number the next automatic checkpoint gets.
   int64_t save_iteration() const { return save_iteration_; }
   void set_save_iteration(int64_t n);
@@ -584,7 +607,10 @@ class Accelerator {
   void agree_on_drawn_seed(AcceleratedDataLoader& loader) const;
   // Runs fn on the main process; every process raises if it failed.
   void on_main_process(const std::string& what, const std::function<void()>& fn) const;
+  // Empty when `dir` is empty and project_dir holds no checkpoint yet (a fresh start).
   std::string resolve_load_dir(const std::string& dir) const;
+  // The checkpoint policy's clock and count start again (after a save or a load).
+  void restart_checkpoint_policy();
 
   AcceleratorOptions options_;
   std::shared_ptr<AcceleratorState> state_;
@@ -594,6 +620,9 @@ class Accelerator {
   int64_t save_iteration_ = 0;
   int64_t backward_calls_ = 0;     // counted for check_finite_loss's messages
   int64_t nonfinite_losses_ = 0;
+  int64_t steps_since_checkpoint_ = 0;  // optimizer steps maybe_save_state has counted
+  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
+  std::unique_ptr<Heartbeat> heartbeat_;
   void check_loss(const Tensor& loss, const char* op);
 
   std::vector<std::shared_ptr<nn::Module>> models_;

@@ -176,7 +176,8 @@ void write_staged_checkpoint(const CheckpointPayload& payload, const Accelerator
                            {"scaler", payload.scaler.has_value()},
                            {"dataloaders", loaders},
                            {"accumulation_step", payload.accumulation_step},
-                           {"save_iteration", payload.save_iteration}};
+                           {"save_iteration", payload.save_iteration},
+                           {"backward_passes", payload.backward_passes}};
     nn::write_file_atomically(s + kStateFile, meta.dump(2) + "\n");
   });
 
@@ -365,6 +366,9 @@ CheckpointPayload read_checkpoint_files(const fs::path& root, const nlohmann::js
   }
   out.accumulation_step = json_count(meta, "accumulation_step", meta_file, "accumulation_step");
   out.save_iteration = json_count(meta, "save_iteration", meta_file, "save_iteration");
+  // Absent from checkpoints written before it was counted.
+  if (meta.contains("backward_passes"))
+    out.backward_passes = json_count(meta, "backward_passes", meta_file, "backward_passes");
 
   if (!out.has_rng) return out;
   const nlohmann::json rng = read_json(rng_file);

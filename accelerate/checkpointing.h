@@ -157,6 +157,7 @@ struct CheckpointPayload {
   bool has_rng = true;                // false: a process the saving job did not have keeps its generator
   int64_t accumulation_step = 0;      // micro-steps into the current accumulation window
   int64_t save_iteration = 0;         // automatic naming: the number of this checkpoint
+  int64_t backward_passes = 0;        // Accelerator::backward calls of the run, across restarts
   std::string source;                 // read_checkpoint: the directory the files were read from
 };
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,15 @@ int read_int(const std::string& source, const std::string& key, const YAML::Node
     return node.as<int>();
   } catch (const YAML::Exception&) {
     bad_value(source, key, "an integer", node);
+  }
+}
+
+double read_double(const std::string& source, const std::string& key, const YAML::Node& node) {
+  if (!node.IsScalar()) bad_value(source, key, "a number", node);
+  try {
+    return node.as<double>();
+  } catch (const YAML::Exception&) {
+    bad_value(source, key, "a number", node);
   }
 }
 
@@ -230,7 +240,8 @@ const std::vector<std::string>& launch_config_keys() {
   static const std::vector<std::string> keys = {
       "compute_environment", "distributed_type", "num_processes", "num_machines",
       "machine_rank", "main_process_ip", "main_process_port", "mixed_precision",
-      "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu", "fsdp_config"};
+      "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu", "max_restarts",
+      "monitor_interval", "heartbeat_timeout", "fsdp_config"};
   return keys;
 }
 
@@ -266,6 +277,15 @@ void LaunchConfig::validate(const std::string& source) const {
   EMBER_CHECK(num_cpu_threads_per_process >= 0, source,
               ": key 'num_cpu_threads_per_process': expected a non-negative integer (0: automatic), got ",
               num_cpu_threads_per_process);
+  EMBER_CHECK(max_restarts >= 0, source, ": key 'max_restarts': expected a non-negative integer, got ", max_restarts);
+  EMBER_CHECK(std::isfinite(monitor_interval) && monitor_interval > 0, source,
+              ": key 'monitor_interval': expected a positive number of seconds, got ", monitor_interval);
+  EMBER_CHECK(std::isfinite(heartbeat_timeout) && heartbeat_timeout >= 0, source,
+              ": key 'heartbeat_timeout': expected a number of seconds >= 0 (0: never), got ", heartbeat_timeout);
+  EMBER_CHECK(max_restarts == 0 || num_machines == 1, source, ": key 'max_restarts': ", max_restarts,
+              " restarts with num_machines ", num_machines,
+              ": elastic restarts are done by one launcher, so they need num_machines 1 (restart the "
+              "machines' launchers together, e.g. from the cluster's scheduler, to resume on several)");
   EMBER_CHECK(main_process_ip.find_first_of(" \t\n") == std::string::npos, source,
               ": key 'main_process_ip': '", main_process_ip, "' is not a host name or address");
   if (fsdp) check_fsdp_options(*fsdp, source);
@@ -319,6 +339,12 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
       config.num_cpu_threads_per_process = read_int(source, key, value);
     } else if (key == "use_cpu") {
       config.use_cpu = read_bool(source, key, value);
+    } else if (key == "max_restarts") {
+      config.max_restarts = read_int(source, key, value);
+    } else if (key == "monitor_interval") {
+      config.monitor_interval = read_double(source, key, value);
+    } else if (key == "heartbeat_timeout") {
+      config.heartbeat_timeout = read_double(source, key, value);
     } else if (key == "fsdp_config") {
       has_fsdp_config = true;
       config.fsdp = read_fsdp_config(source, value);
@@ -365,6 +391,9 @@ std::string LaunchConfig::to_yaml() const {
   out << YAML::Key << "gradient_accumulation_steps" << YAML::Value << gradient_accumulation_steps;
   out << YAML::Key << "num_cpu_threads_per_process" << YAML::Value << num_cpu_threads_per_process;
   out << YAML::Key << "use_cpu" << YAML::Value << use_cpu;
+  out << YAML::Key << "max_restarts" << YAML::Value << max_restarts;
+  out << YAML::Key << "monitor_interval" << YAML::Value << monitor_interval;
+  out << YAML::Key << "heartbeat_timeout" << YAML::Value << heartbeat_timeout;
   if (fsdp) {
     out << YAML::Key << "fsdp_config" << YAML::Value << YAML::BeginMap;
     for (const FSDPSetting& setting : fsdp_settings())

@@ -13,6 +13,9 @@
 //   gradient_accumulation_steps: 1
 //   num_cpu_threads_per_process: 0     # 0: cores / local processes
 //   use_cpu: true
+//   max_restarts: 0                    # restarts of every rank after a failure (elastic)
+//   monitor_interval: 5                # seconds between the launcher's progress checks
+//   heartbeat_timeout: 0               # seconds without progress that fail a rank (0: never)
 //   fsdp_config:                       # sharded data parallel; written only when on
 //     fsdp_sharding_strategy: FULL_SHARD
 //     fsdp_transformer_layer_cls_to_wrap: BertLayer
@@ -55,6 +58,16 @@ struct LaunchConfig {
   int gradient_accumulation_steps = 1;
   int num_cpu_threads_per_process = 0;  // 0: cores / local processes, at least 1
   bool use_cpu = false;
+  // Times `ember launch` restarts every rank after one fails (torchrun's --max_restarts); the
+  // program resumes from its latest checkpoint (Accelerator::load_state()).
+  int max_restarts = 0;
+  // Seconds between the launcher's looks at the ranks' progress: a rank that made none for
+  // that long is named on stderr (torchrun's --monitor_interval).
+  double monitor_interval = 5;
+  // Seconds a rank may go without progress (after its first backward pass) before the launcher
+  // treats it as failed: stops every rank and, with max_restarts, restarts them (a hung or
+  // stopped rank). 0: never; such a rank is only named.
+  double heartbeat_timeout = 0;
   // Sharded data parallel for every rank (`--use_fsdp`, the fsdp_config mapping); unset: DDP.
   std::optional<FSDPOptions> fsdp;
 

@@ -652,7 +652,59 @@ TEST(AcceleratorCheckpoint, RotationKeepsTotalLimitAndNeverReusesANumber) {
   EXPECT_EQ(list_checkpoints(checkpoints_root(dir.path())).back().first, 4);
   EXPECT_EQ(list_checkpoints(checkpoints_root(dir.path())).size(), 2u);
   EXPECT_EMBER_ERROR(TrainingRun(AcceleratorOptions{}).acc.save_state(), "save_state", "project_dir");
-  EXPECT_EMBER_ERROR(TrainingRun({.project_dir = dir.file("empty")}).acc.load_state(), "load_state", "no checkpoint");
+  // A fresh start (nothing saved yet): load_state() does nothing, so one program serves the first
+  // start and every restart.
+  TrainingRun fresh({.project_dir = dir.file("empty")});
+  const auto before = flat(*fresh.model);
+  EXPECT_EQ(fresh.acc.load_state(), "");
+  EXPECT_EQ(flat(*fresh.model), before);
+  EXPECT_EQ(fresh.acc.save_iteration(), 0);
+  EXPECT_EMBER_ERROR(TrainingRun(AcceleratorOptions{}).acc.load_state(), "load_state", "project_dir");
+}
+
+TEST(AcceleratorCheckpoint, MaybeSaveStateFollowsTheStepPolicyAndNeverSavesInsideAWindow) {
+  ember::testing::TempDir dir("accel_policy");
+  std::vector<int> saved_at;  // micro-steps after which a checkpoint was written
+  {
+    TrainingRun run({.gradient_accumulation_steps = 2, .project_dir = dir.path(), .checkpoint_every_n_steps = 3});
+    for (int micro = 1; micro <= 13; ++micro) {
+      run.steps(1);
+      if (auto d = run.acc.maybe_save_state()) {
+        saved_at.push_back(micro);
+        EXPECT_EQ(*d, dir.path() + "/checkpoints/checkpoint_" + std::to_string(saved_at.size() - 1));
+      }
+    }
+    EXPECT_EQ(run.acc.backward_passes(), 13);
+  }
+  // Optimizer steps end at even micro-steps; every third one saves.
+  EXPECT_EQ(saved_at, (std::vector<int>{6, 12}));
+  // The restarted program: load_state() picks the latest and the count goes on from it.
+  TrainingRun resumed({.gradient_accumulation_steps = 2, .project_dir = dir.path(), .checkpoint_every_n_steps = 3});
+  EXPECT_EQ(resumed.acc.load_state(), dir.path() + "/checkpoints/checkpoint_1");
+  EXPECT_EQ(resumed.acc.backward_passes(), 12);
+  EXPECT_EQ(resumed.counter.value, 12);
+  int next = 0;
+  for (int micro = 13; micro <= 18 && next == 0; ++micro) {
+    resumed.steps(1);
+    if (resumed.acc.maybe_save_state()) next = micro;
+  }
+  EXPECT_EQ(next, 18);  // three optimizer steps after the load, not after the original start
+  // A time policy: with a tiny interval every optimizer step saves, and never a window's middle.
+  ember::testing::TempDir timed_dir("accel_policy_time");
+  TrainingRun timed({.gradient_accumulation_steps = 2, .project_dir = timed_dir.path(), .checkpoint_every_seconds = 1e-9});
+  std::vector<bool> saves;
+  for (int micro = 1; micro <= 4; ++micro) {
+    timed.steps(1);
+    saves.push_back(timed.acc.maybe_save_state().has_value());
+  }
+  EXPECT_EQ(saves, (std::vector<bool>{false, true, false, true}));
+  // No policy: never saves.
+  TrainingRun plain({.project_dir = timed_dir.file("plain")});
+  plain.steps(1);
+  EXPECT_FALSE(plain.acc.maybe_save_state().has_value());
+  EXPECT_EMBER_ERROR(Accelerator({.checkpoint_every_n_steps = 2}), "checkpoint_every_n_steps", "project_dir");
+  EXPECT_EMBER_ERROR(Accelerator({.project_dir = dir.path(), .checkpoint_every_n_steps = -1}), "checkpoint_every_n_steps");
+  EXPECT_EMBER_ERROR(Accelerator({.project_dir = dir.path(), .checkpoint_every_seconds = -1}), "checkpoint_every_seconds");
 }
 
 TEST(AcceleratorCheckpoint, AFailedSaveLeavesTheLastGoodCheckpoint) {

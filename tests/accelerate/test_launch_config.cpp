@@ -60,6 +60,9 @@ void expect_same(const LaunchConfig& a, const LaunchConfig& b) {
   EXPECT_EQ(a.gradient_accumulation_steps, b.gradient_accumulation_steps);
   EXPECT_EQ(a.num_cpu_threads_per_process, b.num_cpu_threads_per_process);
   EXPECT_EQ(a.use_cpu, b.use_cpu);
+  EXPECT_EQ(a.max_restarts, b.max_restarts);
+  EXPECT_EQ(a.monitor_interval, b.monitor_interval);
+  EXPECT_EQ(a.heartbeat_timeout, b.heartbeat_timeout);
   ASSERT_EQ(a.fsdp.has_value(), b.fsdp.has_value());
   if (a.fsdp) ember::testing::expect_same_fsdp_options(*a.fsdp, *b.fsdp);
 }
@@ -103,6 +106,9 @@ TEST(LaunchConfig, RoundTripsThroughYaml) {
   cases[1].use_cpu = true;
   cases[2].num_processes = 2;
   cases[2].mixed_precision = "fp16";
+  cases[2].max_restarts = 3;
+  cases[2].monitor_interval = 0.25;
+  cases[2].heartbeat_timeout = 90;
   cases[3].main_process_ip = "node-0.cluster";
   cases[3].mixed_precision = "no";
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -210,6 +216,9 @@ TEST(LaunchConfig, WrongTypesNameKeyAndValue) {
   expect_load_error("use_cpu: maybe\n", {"use_cpu", "true or false", "'maybe'"});
   expect_load_error("mixed_precision: [bf16]\n", {"mixed_precision", "string", "a list"});
   expect_load_error("main_process_ip: [1, 2]\n", {"main_process_ip", "string", "a list"});
+  expect_load_error("max_restarts: often\n", {"max_restarts", "integer", "'often'"});
+  expect_load_error("monitor_interval: soon\n", {"monitor_interval", "number", "'soon'"});
+  expect_load_error("heartbeat_timeout: [1]\n", {"heartbeat_timeout", "number", "a list"});
 }
 
 TEST(LaunchConfig, OutOfRangeValuesNameKeyAndValue) {
@@ -226,6 +235,11 @@ TEST(LaunchConfig, OutOfRangeValuesNameKeyAndValue) {
   expect_load_error("num_cpu_threads_per_process: -4\n", {"num_cpu_threads_per_process", "-4"});
   expect_load_error("mixed_precision: fp8\n", {"mixed_precision", "'fp8'", "no, fp16, bf16"});
   expect_load_error("main_process_ip: 'a b'\n", {"main_process_ip", "'a b'"});
+  expect_load_error("max_restarts: -1\n", {"max_restarts", "non-negative", "-1"});
+  expect_load_error("monitor_interval: 0\n", {"monitor_interval", "positive", "0"});
+  expect_load_error("heartbeat_timeout: -5\n", {"heartbeat_timeout", ">= 0", "-5"});
+  // Restarts are one launcher's job: several machines would need their launchers restarted together.
+  expect_load_error("num_machines: 2\nnum_processes: 2\nmax_restarts: 1\n", {"max_restarts", "num_machines 2"});
 }
 
 TEST(LaunchConfig, UnknownKeysListTheKnownOnes) {

@@ -742,9 +742,9 @@ TEST_F(LaunchTest, ConfigCommandWritesFromFlags) {
 TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   const std::string path = dir_.file("asked.yaml");
   // machines, machine rank, ip, port (default), processes (3 is rejected, then 4), cpu,
-  // precision (fp8 rejected), accumulation (0 rejected), threads (default).
-  // Then FSDP (the default, no).
-  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n\n";
+  // precision (fp8 rejected), accumulation (0 rejected), threads (default), monitor interval
+  // (0 rejected, then 2.5; restarts are not asked on two machines). Then FSDP (the default, no).
+  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n0\n2.5\n\n";
   const Result r = ember({"config", "--config_file", path}, {}, answers);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "[29500]")) << r.out;
@@ -760,11 +760,13 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   EXPECT_EQ(c.mixed_precision, "bf16");
   EXPECT_EQ(c.gradient_accumulation_steps, 16);
   EXPECT_EQ(c.num_cpu_threads_per_process, 0);
+  EXPECT_EQ(c.monitor_interval, 2.5);
+  EXPECT_FALSE(contains(r.out, "Restart every process")) << r.out;
   EXPECT_FALSE(c.fsdp.has_value());
 
   // The existing file supplies the defaults; flags skip their questions.
   const Result again = ember({"config", "--config_file", path, "--mixed_precision", "fp16"}, {},
-                             "\n\n\n\n\n\n\n\n\n");
+                             "\n\n\n\n\n\n\n\n\n\n\n");
   ASSERT_EQ(again.status, 0) << describe(again);
   EXPECT_FALSE(contains(again.out, "Mixed precision")) << again.out;
   const LaunchConfig kept = LaunchConfig::load_yaml(path);
@@ -781,9 +783,10 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
 
 TEST_F(LaunchTest, ConfigCommandAsksAboutFsdp) {
   const std::string path = dir_.file("fsdp.yaml");
-  // machines, processes, cpu, precision, accumulation, threads; then FSDP: yes, the strategy
-  // (Accelerate's number 2 rejected), the wrap policy (default), the classes (none rejected).
-  const std::string answers = "1\n2\nyes\n\n\n\nyes\n2\nSHARD_GRAD_OP\n\n\nBertLayer, BertPooler\n";
+  // machines, processes, cpu, precision, accumulation, threads, restarts (3), monitor interval
+  // (default); then FSDP: yes, the strategy (Accelerate's number 2 rejected), the wrap policy
+  // (default), the classes (none rejected).
+  const std::string answers = "1\n2\nyes\n\n\n\n3\n\nyes\n2\nSHARD_GRAD_OP\n\n\nBertLayer, BertPooler\n";
   const Result r = ember({"config", "--config_file", path}, {}, answers);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "FullyShardedDataParallel")) << r.out;
@@ -795,9 +798,11 @@ TEST_F(LaunchTest, ConfigCommandAsksAboutFsdp) {
   EXPECT_EQ(c.fsdp->auto_wrap_policy, AutoWrapPolicy::TRANSFORMER_BASED_WRAP);
   EXPECT_EQ(c.fsdp->transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertPooler"}));
   EXPECT_EQ(c.distributed_type(), DistributedType::FSDP);
+  EXPECT_EQ(c.max_restarts, 3);
+  EXPECT_EQ(c.monitor_interval, 5.0);
 
   // One process: the question is not asked. Flags answer it (and imply --use_fsdp).
-  const Result one = ember({"config", "--config_file", dir_.file("one.yaml")}, {}, "1\n1\nyes\n\n\n\n");
+  const Result one = ember({"config", "--config_file", dir_.file("one.yaml")}, {}, "1\n1\nyes\n\n\n\n\n\n");
   ASSERT_EQ(one.status, 0) << describe(one);
   EXPECT_FALSE(contains(one.out, "FullyShardedDataParallel")) << one.out;
   const Result flags = ember({"config", "--config_file", dir_.file("flags.yaml"), "--num_processes", "2",
@@ -808,7 +813,7 @@ TEST_F(LaunchTest, ConfigCommandAsksAboutFsdp) {
   EXPECT_EQ(f.fsdp->auto_wrap_policy, AutoWrapPolicy::NO_WRAP);
 
   // Answering no turns off the sharding an existing file had.
-  const Result off = ember({"config", "--config_file", path}, {}, "\n\n\n\n\n\nno\n");
+  const Result off = ember({"config", "--config_file", path}, {}, "\n\n\n\n\n\n\n\nno\n");
   ASSERT_EQ(off.status, 0) << describe(off);
   EXPECT_FALSE(LaunchConfig::load_yaml(path).fsdp.has_value());
 }

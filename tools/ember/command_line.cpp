@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -25,6 +26,17 @@ int non_negative(const std::string& value, const char* flag) {
   const int n = parse_int(value, std::string("--") + flag);
   if (n < 0) throw UsageError(std::string("--") + flag + ": expected a non-negative integer, got " + value);
   return n;
+}
+
+// A number of seconds: positive, or also zero when `zero_allowed`.
+double seconds_value(const std::string& value, const char* flag, bool zero_allowed) {
+  double seconds = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+  const bool in_range = std::isfinite(seconds) && (zero_allowed ? seconds >= 0 : seconds > 0);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !in_range)
+    throw UsageError(std::string("--") + flag + ": expected a " + (zero_allowed ? "non-negative" : "positive") +
+                     " number of seconds, got '" + value + "'");
+  return seconds;
 }
 
 // --fsdp_NAME VALUE: one field of the sharding options, which it turns on when they are off.
@@ -75,6 +87,12 @@ std::vector<ConfigFlag> make_config_flags() {
        [](LaunchConfig& c, const std::string&) { c.use_cpu = true; }},
       {"use_cpu", "yes|no", "the same as --cpu, spelled out",
        [](LaunchConfig& c, const std::string& v) { c.use_cpu = parse_bool(v, "--use_cpu"); }},
+      {"max_restarts", "N", "restart every rank up to N times after one fails (default 0)",
+       [](LaunchConfig& c, const std::string& v) { c.max_restarts = non_negative(v, "max_restarts"); }},
+      {"monitor_interval", "S", "seconds between progress checks of the ranks (default 5)",
+       [](LaunchConfig& c, const std::string& v) { c.monitor_interval = seconds_value(v, "monitor_interval", false); }},
+      {"heartbeat_timeout", "S", "seconds without progress that fail a rank (default 0: never)",
+       [](LaunchConfig& c, const std::string& v) { c.heartbeat_timeout = seconds_value(v, "heartbeat_timeout", true); }},
       {"use_fsdp", nullptr, "shard the model across ranks (FSDP); any --fsdp_* flag implies it",
        [](LaunchConfig& c, const std::string& v) {
          if (v.empty() || parse_bool(v, "--use_fsdp")) {

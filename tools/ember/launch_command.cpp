@@ -4,15 +4,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <set>
+#include <system_error>
 
 #include "accelerate/launch_config.h"
 #include "command_line.h"
 #include "core/error.h"
+#include "elastic_runs.h"
 #include "launch_limits.h"
 #include "rank_supervisor.h"
 #include "subcommands.h"
@@ -114,8 +122,12 @@ bool main_rank_draws_on_terminal() {
 // The launcher's environment with the rank's variables put in place of any inherited ones. An
 // inherited EMBER_FSDP_* is dropped too: the launcher states every field it does not leave to
 // the default, and one it leaves must not come from the shell.
-std::vector<std::string> environment_for(const LaunchConfig& config, int local_rank) {
+std::vector<std::string> environment_for(const LaunchConfig& config, int local_rank, int attempt,
+                                         const std::string& heartbeat_dir) {
   auto variables = distributed::rank_environment(config, local_rank);
+  variables.emplace_back("EMBER_RESTART_COUNT", std::to_string(attempt));
+  variables.emplace_back("EMBER_MAX_RESTARTS", std::to_string(config.max_restarts));
+  if (!heartbeat_dir.empty()) variables.emplace_back("EMBER_HEARTBEAT_DIR", heartbeat_dir);
   if (local_rank == 0 && main_rank_draws_on_terminal()) variables.emplace_back("EMBER_PROGRESS", "tty");
   std::set<std::string> replaced;
   for (const auto& [name, value] : variables) replaced.insert(name);
@@ -128,6 +140,29 @@ std::vector<std::string> environment_for(const LaunchConfig& config, int local_r
   for (const auto& [name, value] : variables) env.push_back(name + "=" + value);
   return env;
 }
+
+// A private directory for the ranks' heartbeats, removed when the launcher returns.
+class HeartbeatDirectory {
+ public:
+  HeartbeatDirectory() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ember-launch-XXXXXX";
+    if (::mkdtemp(pattern.data())) path_ = pattern;
+    // Without one the job still runs, unmonitored.
+    else std::cerr << "ember launch: warning: cannot create " << pattern << " (" << std::strerror(errno)
+                   << "); the ranks' progress is not monitored\n";
+  }
+  ~HeartbeatDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  HeartbeatDirectory(const HeartbeatDirectory&) = delete;
+  HeartbeatDirectory& operator=(const HeartbeatDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace
 
@@ -153,6 +188,15 @@ std::string launch_usage() {
          " file descriptors per rank within the open-file limit (ulimit -n).\n"
          "A rank that cannot be started stops the ones already running.\n"
          "\n"
+         "With --max_restarts N, a failed rank (non-zero exit or a signal) stops the others and every\n"
+         "rank is started again, up to N times, with EMBER_RESTART_COUNT set to the restart's number;\n"
+         "the program resumes from its latest checkpoint (Accelerator::load_state() with no\n"
+         "directory). After the last attempt a summary of every attempt is written to stderr.\n"
+         "Every --monitor_interval seconds the ranks' progress (their Accelerator's backward passes)\n"
+         "is checked, and a rank that made none for that long is named, stopped ones pointed out.\n"
+         "With --heartbeat_timeout S, a rank that made no progress for S seconds after its first\n"
+         "backward pass counts as failed (status 1): a hung or stopped rank ends the attempt too.\n"
+         "\n"
          "options:\n" +
          describe_config_flags() +
          "  --config_file F                           config file (default: " +
@@ -163,7 +207,7 @@ std::string launch_usage() {
          "\n"
          "PROGRAM is a path, or a name looked up in PATH and then in the current directory.\n"
          "The exit status is 0 when every rank succeeds, else the status of the first rank that failed\n"
-         "(128 + signal number for a rank killed by a signal).\n";
+         "in the last attempt (128 + signal number for a rank killed by a signal).\n";
 }
 
 int launch_command(const std::vector<std::string>& args) {
@@ -187,11 +231,18 @@ int launch_command(const std::vector<std::string>& args) {
   options.argv = request.program_and_args;
 
   check_launch_limits(config);
-  std::vector<RankProcess> ranks;
+  const HeartbeatDirectory heartbeats;
+  options.heartbeat_dir = heartbeats.path();
+  options.monitor_interval = std::chrono::milliseconds(std::max<long long>(1, std::llround(config.monitor_interval * 1000)));
+  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(config.heartbeat_timeout * 1000));
   const int local = config.local_processes();
-  for (int local_rank = 0; local_rank < local; ++local_rank)
-    ranks.push_back({config.machine_rank * local + local_rank, environment_for(config, local_rank)});
-  return supervise_ranks(options, ranks);
+  return run_with_restarts(options, config.max_restarts, [&](int attempt) {
+    std::vector<RankProcess> ranks;
+    for (int local_rank = 0; local_rank < local; ++local_rank)
+      ranks.push_back({config.machine_rank * local + local_rank,
+                       environment_for(config, local_rank, attempt, heartbeats.path())});
+    return ranks;
+  });
 }
 
 }  // namespace ember::cli

@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "progress_monitor.h"
+
 namespace ember::cli {
 
 namespace {
@@ -63,11 +65,6 @@ void write_all(int fd, const char* data, size_t size) {
 void write_all(int fd, const std::string& text) { write_all(fd, text.data(), text.size()); }
 
 void note(const std::string& message) { write_all(STDERR_FILENO, "ember launch: " + message + "\n"); }
-
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
 
 // The line on the launcher's terminal that a rank is redrawing in place (a progress bar
 // writing "\r" + its line), so that other output clears it first and draws it again after.
@@ -192,12 +189,21 @@ int status_code(int wait_status) {
   return 1;
 }
 
+std::vector<int> global_ranks(const std::vector<RankProcess>& ranks) {
+  std::vector<int> out;
+  for (const RankProcess& r : ranks) out.push_back(r.rank);
+  return out;
+}
+
 class Supervisor {
  public:
   Supervisor(const SupervisorOptions& options, const std::vector<RankProcess>& ranks)
-      : options_(options), specs_(ranks) {}
+      : options_(options),
+        specs_(ranks),
+        monitor_(options.heartbeat_dir, options.monitor_interval, global_ranks(ranks), options.heartbeat_timeout) {}
 
-  int run() {
+  JobOutcome run() {
+    outcome_.started_at = Clock::now();
     install_signal_handlers();
     for (const RankProcess& spec : specs_) {
       if (!start(spec)) {
@@ -206,6 +212,7 @@ class Supervisor {
                " already started");
         stop_all(SIGTERM);
         exit_status_ = exec_error_ == ENOENT ? 127 : 126;
+        outcome_.start_failed = true;
         break;
       }
       // Ctrl-C, or a rank that failed already, while many ranks are still to start.
@@ -215,7 +222,11 @@ class Supervisor {
     }
     loop();
     restore_signal_handlers();
-    return exit_status_;
+    if (monitor_.enabled()) monitor_.check(pids(), Clock::now());
+    outcome_.status = exit_status_;
+    outcome_.steps = monitor_.steps();
+    outcome_.all_training_since = monitor_.all_training_since();
+    return outcome_;
   }
 
  private:
@@ -348,6 +359,11 @@ class Supervisor {
       r.err.read_available();
       if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) continue;
       exit_status_ = status_code(status);
+      outcome_.failure = JobOutcome::Failure{r.rank, WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+                                             WIFSIGNALED(status) ? WTERMSIG(status) : 0};
+      outcome_.failed_at = Clock::now();
+      // Where it got to, before its file is read again by the next attempt's monitor.
+      if (monitor_.enabled()) monitor_.check(pids(), outcome_.failed_at);
       if (WIFSIGNALED(status))
         note("rank " + std::to_string(r.rank) + " was killed by " + signal_name(WTERMSIG(status)));
       note("rank " + std::to_string(r.rank) + " exited with status " + std::to_string(exit_status_) +
@@ -374,10 +390,36 @@ class Supervisor {
     }
     note("received " + signal_name(sig) + "; stopping the ranks");
     exit_status_ = 128 + sig;
+    outcome_.interrupted = true;
     stop_all(sig);
   }
 
+  // A rank whose heartbeat went silent for the timeout: a failure like a crash, so the job stops.
+  void lose_heartbeat(size_t index, Clock::time_point now) {
+    const Rank& r = ranks_[index];
+    exit_status_ = 1;
+    outcome_.failure = JobOutcome::Failure{r.rank, 0, 0, true};
+    outcome_.failed_at = now;
+    const auto seconds = std::chrono::duration<double>(options_.heartbeat_timeout).count();
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", seconds);
+    note("rank " + std::to_string(r.rank) + " made no progress for " + text + " s (--heartbeat_timeout" +
+         (process_is_stopped(r.pid) ? "; it is stopped" : "") + "); stopping the ranks");
+    stop_all(SIGTERM);
+    // A stopped rank acts on SIGTERM only once continued.
+    for (const Rank& each : ranks_)
+      if (each.running) ::kill(-each.pid, SIGCONT);
+  }
+
   bool any_running() const { return running_ > 0; }
+
+  // Each started rank's pid while it runs, -1 after; ranks not started yet are -1 too.
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> out(specs_.size(), -1);
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (ranks_[i].running) out[i] = ranks_[i].pid;
+    return out;
+  }
 
   void loop() {
     std::optional<Clock::time_point> drain_deadline;
@@ -406,6 +448,11 @@ class Supervisor {
       }
       std::optional<Clock::time_point> wake;
       if (stopping_ && !killed_) wake = kill_deadline_;
+      if (monitor_.enabled() && running && !stopping_) {
+        if (now >= monitor_.next_check())
+          if (const auto lost = monitor_.check(pids(), now)) lose_heartbeat(*lost, now);
+        if (!wake || monitor_.next_check() < *wake) wake = monitor_.next_check();
+      }
       if (!running && (!wake || *drain_deadline < *wake)) wake = drain_deadline;
       int timeout = -1;
       if (wake)
@@ -427,6 +474,8 @@ class Supervisor {
 
   const SupervisorOptions& options_;
   const std::vector<RankProcess>& specs_;
+  ProgressMonitor monitor_;
+  JobOutcome outcome_;
   std::vector<Rank> ranks_;
   std::unordered_map<pid_t, size_t> index_of_pid_;  // of the running ranks
   size_t running_ = 0;
@@ -444,7 +493,12 @@ class Supervisor {
 
 }  // namespace
 
-int supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks) {
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+JobOutcome supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks) {
   return Supervisor(options, ranks).run();
 }
 

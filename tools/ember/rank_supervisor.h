@@ -10,9 +10,14 @@
 //    group; a second one kills the ranks at once;
 //  - when a rank exits non-zero or by a signal, the others get SIGTERM and, after the grace
 //    period, SIGKILL; the launcher's status is that rank's (128 + signal for a signal);
-//  - a rank dies with SIGKILL if the launcher itself dies abruptly.
+//  - a rank dies with SIGKILL if the launcher itself dies abruptly;
+//  - with a heartbeat directory, the ranks' progress is watched (progress_monitor.h); with a
+//    heartbeat timeout too, a rank silent that long counts as failed (status 1) and the
+//    others are stopped as above.
 #pragma once
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,13 +32,40 @@ struct SupervisorOptions {
   std::string program;             // path of the executable
   std::vector<std::string> argv;   // argv[0] included
   std::chrono::milliseconds grace{std::chrono::seconds(5)};
+  // Where the ranks write their heartbeats (EMBER_HEARTBEAT_DIR); empty: no monitoring.
+  std::string heartbeat_dir;
+  std::chrono::milliseconds monitor_interval{std::chrono::seconds(5)};
+  std::chrono::milliseconds heartbeat_timeout{0};  // 0: a silent rank is only named
 };
 
-// Runs the ranks to completion and returns the launcher's exit status. Should one fail to start
+// How a job of ranks ended.
+struct JobOutcome {
+  using Clock = std::chrono::steady_clock;
+  int status = 0;            // the launcher's exit status
+  bool interrupted = false;  // the launcher was signalled (Ctrl-C, SIGTERM, SIGHUP)
+  bool start_failed = false; // a rank could not be started
+  // The first rank that failed: its global rank, and its exit code or the signal that killed it.
+  struct Failure {
+    int rank = 0;
+    int exit_code = 0;
+    int signal = 0;  // non-zero: killed by it
+    bool lost_heartbeat = false;  // stopped by the launcher: no progress for the heartbeat timeout
+  };
+  std::optional<Failure> failure;
+  Clock::time_point started_at{};  // before the first rank was started
+  Clock::time_point failed_at{};   // when the failure was seen
+  std::vector<int64_t> steps;      // each rank's last heartbeat, in start order (-1: none)
+  std::optional<Clock::time_point> all_training_since;  // see ProgressMonitor
+};
+
+// Runs the ranks to completion and says how they ended. Should one fail to start
 // (a pipe or fork refused, the program not executable), or a signal or a failing rank stop the
 // job while ranks are still being started, no further rank is started and those running are
 // stopped as above.
-int supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks);
+JobOutcome supervise_ranks(const SupervisorOptions& options, const std::vector<RankProcess>& ranks);
+
+// "SIGKILL", or "signal 70" for one without a name.
+std::string signal_name(int sig);
 
 // The read ends of a running rank's stdout and stderr pipes, held by the launcher.
 inline constexpr int kDescriptorsPerRank = 2;
