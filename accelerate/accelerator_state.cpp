@@ -18,13 +18,20 @@ namespace {
 std::mutex state_mutex;
 std::shared_ptr<AcceleratorState> process_state;
 
-void apply_thread_count_from_env() {
-  const char* v = std::getenv("EMBER_NUM_THREADS");
+// EMBER_NUM_THREADS (set by `ember launch`), else the CPUs Slurm gave the task
+// (srun --cpus-per-task) when srun started this process itself.
+void apply_thread_count_from_env(const RendezvousInfo& info) {
+  const char* name = "EMBER_NUM_THREADS";
+  const char* v = std::getenv(name);
+  if ((!v || !*v) && info.started_by == "Slurm") {
+    name = "SLURM_CPUS_PER_TASK";
+    v = std::getenv(name);
+  }
   if (!v || !*v) return;
   const std::string s = v;
   int n = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  EMBER_CHECK(ec == std::errc() && ptr == s.data() + s.size() && n >= 1, "Accelerator: EMBER_NUM_THREADS='", s,
+  EMBER_CHECK(ec == std::errc() && ptr == s.data() + s.size() && n >= 1, "Accelerator: ", name, "='", s,
               "' must be a positive integer");
   set_num_threads(n);
 }
@@ -53,7 +60,7 @@ std::shared_ptr<AcceleratorState> AcceleratorState::initialize(bool cpu, std::ch
   s->world_size_ = info.world_size;
   s->local_world_size_ = info.local_world_size;
   s->device_ = choose_device(cpu, info.local_rank);
-  apply_thread_count_from_env();
+  apply_thread_count_from_env(info);
   if (s->device_.is_cuda()) cuda_set_device(s->device_.index);
   if (info.world_size > 1) {
     s->store_ = rendezvous(info, timeout);

@@ -493,6 +493,9 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchCo
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(local)},
       {"GROUP_RANK", std::to_string(config.machine_rank)},
+      // Marks RANK and WORLD_SIZE as the launcher's, so that Slurm's or MPI's variables, also
+      // present when `ember launch` runs under srun or mpirun, do not contradict them.
+      {"EMBER_LAUNCHED_BY", "ember launch"},
       {"EMBER_MIXED_PRECISION", config.mixed_precision},
       {"EMBER_GRADIENT_ACCUMULATION_STEPS", std::to_string(config.gradient_accumulation_steps)},
       {"EMBER_USE_CPU", config.use_cpu ? "1" : "0"},

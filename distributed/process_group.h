@@ -36,11 +36,13 @@ struct ProcessGroupOptions {
   // to MASTER_ADDR when that is set and not loopback, else loopback (one machine).
   std::string gloo_ifname;
   std::string gloo_hostname;
-  // Exchange a size/dtype fingerprint before every allreduce and broadcast, so a mismatch
-  // between ranks is reported as such instead of as a failed or stuck transfer. Costs one
-  // small round trip per collective. Also on when EMBER_DISTRIBUTED_DEBUG is DETAIL (or 1).
-  // (allgather and reduce_scatter always check.)
-  bool check_shapes = false;
+  // Gloo: before every collective the ranks exchange a fingerprint (operation, sequence
+  // number, dtype, shape, reduce op or root: 184 bytes), so ranks in different collectives, or
+  // in one with different tensors, fail at once on every rank, naming what each ran, instead of
+  // hanging until the timeout. Costs one small round trip per allreduce, broadcast and barrier
+  // (the other collectives needed the sizes anyway); docs/elastic_and_cluster_launch.md gives
+  // the measured cost. Off here or with EMBER_COLLECTIVE_FINGERPRINT=0.
+  bool fingerprint_collectives = true;
   // NCCL: the CUDA device this rank drives; -1 means rank % device_count().
   int cuda_device = -1;
 };

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "distributed/collective_checks.h"
+#include "distributed/collective_fingerprint.h"
 #include "distributed/debug_level.h"
 #include "distributed/gloo_store_adapter.h"
 #include "distributed/socket_util.h"
@@ -249,12 +250,18 @@ class ProcessGroupGloo::Impl {
 
   std::string where(const char* op) const { return collective_where(op, size, rank); }
   void check_tensor(const char* op, const Tensor& t) const;
-  std::shared_ptr<Work> enqueue(const char* op, std::function<void()> fn);
+  // Every rank's fingerprint of the collective being run (just this rank's when the exchange
+  // was skipped: fingerprints off, and the collective does not need the others' shapes).
+  using Fingerprints = std::vector<CollectiveFingerprint>;
+  // Queues `fn` for the worker thread, which first numbers the collective (`mine.seq`) and,
+  // when fingerprints are on or the collective needs every rank's shape, exchanges and
+  // compares fingerprints.
+  std::shared_ptr<Work> enqueue(CollectiveFingerprint mine, std::function<void(const Fingerprints&)> fn);
 
   // The collectives, as run by the worker thread.
   void run_allreduce(const char* op_name, void* data, size_t n, DType dt, ReduceOp op);
   void run_broadcast(void* data, size_t bytes, int root);
-  std::vector<int64_t> exchange(const char* op, const std::vector<int64_t>& mine);  // size * mine.size()
+  std::vector<int64_t> exchange(const std::vector<int64_t>& mine);  // size * mine.size()
   void run_allgatherv(const void* in, size_t in_bytes, void* out, const std::vector<size_t>& bytes);
   void run_barrier();
   // Runs one Gloo collective whose options (and so transport buffers) the caller holds. When
@@ -265,14 +272,13 @@ class ProcessGroupGloo::Impl {
   // destroyed and the caller has the error. The group is unusable after a failure anyway.
   template <typename Collective>
   void run_gloo(Collective&& collective);
-  // Fails with a Disagreement when the ranks' fingerprints differ; `describe` renders one.
-  void agree(const char* op, const std::vector<int64_t>& mine,
-             const std::function<std::string(const int64_t*)>& describe);
+  // Every rank's fingerprint; a Disagreement (on every rank alike) when they cannot run together.
+  Fingerprints agree(const CollectiveFingerprint& mine);
 
   int rank;
   int size;
   ProcessGroupOptions opt;
-  bool check_shapes = false;
+  bool fingerprints = true;
   std::shared_ptr<Store> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
@@ -280,11 +286,11 @@ class ProcessGroupGloo::Impl {
 
  private:
   void run();
-  std::string describe_failure(const char* op, const std::string& what, uint64_t seq);
+  std::string describe_failure(const CollectiveFingerprint& running, const std::string& what);
 
   struct Task {
-    const char* op;
-    std::function<void()> fn;
+    CollectiveFingerprint fingerprint;
+    std::function<void(const Fingerprints&)> fn;
     std::shared_ptr<GlooWork> work;
   };
   uint32_t next_tag_ = 1;
@@ -302,7 +308,7 @@ ProcessGroupGloo::Impl::Impl(std::shared_ptr<Store> user_store, int rank_, int s
   EMBER_CHECK(size >= 1, "ProcessGroupGloo: size must be at least 1, got ", size);
   EMBER_CHECK(rank >= 0 && rank < size, "ProcessGroupGloo: rank ", rank, " is out of range for size ", size);
   EMBER_CHECK(opt.timeout.count() > 0, "ProcessGroupGloo: timeout must be positive, got ", opt.timeout.count(), " ms");
-  check_shapes = opt.check_shapes || debug_level() == DebugLevel::Detail;
+  fingerprints = opt.fingerprint_collectives && collective_fingerprints_enabled_by_env();
   ignore_sigpipe();
   store = group_key_space(user_store, rank);
   const std::string setup = detail::str_cat("ProcessGroupGloo setup (world ", size, ", rank ", rank, ")");
@@ -364,11 +370,12 @@ void ProcessGroupGloo::Impl::check_tensor(const char* op, const Tensor& t) const
               " is not supported (f32, f64, f16, bf16, i32, i64 are)");
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::Impl::enqueue(const char* op, std::function<void()> fn) {
+std::shared_ptr<Work> ProcessGroupGloo::Impl::enqueue(CollectiveFingerprint mine,
+                                                      std::function<void(const Fingerprints&)> fn) {
   auto work = std::make_shared<GlooWork>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Task{op, std::move(fn), work});
+    queue_.push_back(Task{std::move(mine), std::move(fn), work});
   }
   queue_cv_.notify_one();
   return work;
@@ -385,23 +392,28 @@ void ProcessGroupGloo::Impl::run() {
       queue_.pop_front();
       if (stopping_) {
         lock.unlock();
-        task.work->finish(std::make_exception_ptr(
-            Error(where(task.op) + ": the process group was destroyed before the collective ran")));
+        task.work->finish(std::make_exception_ptr(Error(
+            where(collective_kind_name(task.fingerprint.kind)) + ": the process group was destroyed before the collective ran")));
         continue;
       }
     }
+    CollectiveFingerprint& mine = task.fingerprint;
+    const char* op = collective_kind_name(mine.kind);
     std::exception_ptr error;
     if (!broken_.empty()) {
       error = std::make_exception_ptr(
-          Error(where(task.op) + ": the process group is unusable after an earlier failure: " + broken_));
+          Error(where(op) + ": the process group is unusable after an earlier failure: " + broken_));
     } else {
-      const uint64_t seq = executed_++;
+      mine.seq = executed_++;
       try {
-        task.fn();
+        // allgather's pieces and allgather_bytes' lengths come from the others' fingerprints,
+        // so those two always exchange them (at no extra cost: they needed the sizes anyway).
+        const bool needs_shapes = mine.kind == CollectiveKind::allgather || mine.kind == CollectiveKind::allgather_bytes;
+        task.fn(fingerprints || needs_shapes ? agree(mine) : Fingerprints{mine});
       } catch (const Disagreement&) {
         error = std::current_exception();
       } catch (const std::exception& e) {
-        broken_ = describe_failure(task.op, e.what(), seq);
+        broken_ = describe_failure(mine, e.what());
         error = std::make_exception_ptr(Error(broken_));
       }
     }
@@ -412,7 +424,9 @@ void ProcessGroupGloo::Impl::run() {
   }
 }
 
-std::string ProcessGroupGloo::Impl::describe_failure(const char* op, const std::string& what, uint64_t seq) {
+std::string ProcessGroupGloo::Impl::describe_failure(const CollectiveFingerprint& running, const std::string& what) {
+  const char* op = collective_kind_name(running.kind);
+  const uint64_t seq = running.seq;
   const std::string detail = strip_source_location(what);
   // First ask the store which ranks are alive to report the same failure: a rank that fails
   // because another one died closes its connections too, so the peer Gloo names may be a
@@ -453,7 +467,9 @@ std::string ProcessGroupGloo::Impl::describe_failure(const char* op, const std::
   } else {
     msg += timed_out ? "a peer did not respond within " + duration_str(opt.timeout) : "the collective failed";
   }
-  return msg + " (" + detail + ")";
+  // Name the collective this rank was in: a peer that left the loop early (a collective
+  // called under is_main_process) shows as the one collective nobody else reached.
+  return msg + " (" + detail + "), while in " + running.describe();
 }
 
 template <typename Collective>
@@ -498,7 +514,7 @@ void ProcessGroupGloo::Impl::run_broadcast(void* data, size_t bytes, int root) {
   run_gloo([&] { gloo::broadcast(o); });
 }
 
-std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const char* op, const std::vector<int64_t>& mine) {
+std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const std::vector<int64_t>& mine) {
   std::vector<int64_t> all(mine.size() * size_t(size));
   if (size == 1) return mine;
   std::vector<int64_t> in = mine;
@@ -511,17 +527,12 @@ std::vector<int64_t> ProcessGroupGloo::Impl::exchange(const char* op, const std:
   return all;
 }
 
-void ProcessGroupGloo::Impl::agree(const char* op, const std::vector<int64_t>& mine,
-                                   const std::function<std::string(const int64_t*)>& describe) {
-  const auto all = exchange(op, mine);
-  const size_t k = mine.size();
-  bool same = true;
-  for (int r = 1; r < size && same; ++r)
-    same = std::equal(all.begin(), all.begin() + long(k), all.begin() + long(r * k));
-  if (same) return;
-  std::string msg = where(op) + ": the ranks called it with different tensors: ";
-  for (int r = 0; r < size; ++r) msg += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " + describe(&all[r * k]);
-  throw Disagreement(msg);
+ProcessGroupGloo::Impl::Fingerprints ProcessGroupGloo::Impl::agree(const CollectiveFingerprint& mine) {
+  const auto all = exchange(mine.encode());
+  Fingerprints fps;
+  for (int r = 0; r < size; ++r) fps.push_back(CollectiveFingerprint::decode(&all[size_t(r) * CollectiveFingerprint::kEncodedSize]));
+  if (auto mismatch = fingerprint_mismatch(where(collective_kind_name(mine.kind)), fps)) throw Disagreement(*mismatch);
+  return fps;
 }
 
 void ProcessGroupGloo::Impl::run_allgatherv(const void* in, size_t in_bytes, void* out,
@@ -555,9 +566,14 @@ void ProcessGroupGloo::Impl::run_barrier() {
 
 namespace {
 
-std::string describe_tensor(const int64_t* f) {
-  // fingerprint layout: numel, dtype, extra
-  return detail::str_cat(f[0], " elements of ", dtype_name(DType(f[1])));
+CollectiveFingerprint fingerprint_of(CollectiveKind kind, const Tensor& t, int64_t extra = 0) {
+  CollectiveFingerprint f;
+  f.kind = kind;
+  f.dtype = t.dtype();
+  f.shape = t.shape();
+  f.numel = t.numel();
+  f.extra = extra;
+  return f;
 }
 
 }  // namespace
@@ -574,26 +590,20 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
   impl_->check_tensor("allreduce", tensor);
   check_reduce_op_dtype(impl_->where("allreduce"), op, tensor);
   Impl* impl = impl_.get();
-  return impl->enqueue("allreduce", [impl, tensor, op] {
-    if (impl->check_shapes)
-      impl->agree("allreduce", {tensor.numel(), int64_t(tensor.dtype()), int64_t(op)}, [](const int64_t* f) {
-        return describe_tensor(f) + " with op " + reduce_op_name(ReduceOp(f[2]));
-      });
-    impl->run_allreduce("allreduce", tensor.raw_data(), size_t(tensor.numel()), tensor.dtype(), op);
-  });
+  return impl->enqueue(fingerprint_of(CollectiveKind::allreduce, tensor, int64_t(op)),
+                       [impl, tensor, op](const Impl::Fingerprints&) {
+                         impl->run_allreduce("allreduce", tensor.raw_data(), size_t(tensor.numel()), tensor.dtype(), op);
+                       });
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
   impl_->check_tensor("broadcast", tensor);
   check_root(impl_->where("broadcast"), root, size_);
   Impl* impl = impl_.get();
-  return impl->enqueue("broadcast", [impl, tensor, root] {
-    if (impl->check_shapes)
-      impl->agree("broadcast", {tensor.numel(), int64_t(tensor.dtype()), root}, [](const int64_t* f) {
-        return describe_tensor(f) + " from root " + std::to_string(f[2]);
-      });
-    impl->run_broadcast(tensor.raw_data(), size_t(tensor.numel()) * tensor.element_size(), root);
-  });
+  return impl->enqueue(fingerprint_of(CollectiveKind::broadcast, tensor, root),
+                       [impl, tensor, root](const Impl::Fingerprints&) {
+                         impl->run_broadcast(tensor.raw_data(), size_t(tensor.numel()) * tensor.element_size(), root);
+                       });
 }
 
 std::vector<Tensor> ProcessGroupGloo::allgather(const Tensor& tensor) {
@@ -601,25 +611,11 @@ std::vector<Tensor> ProcessGroupGloo::allgather(const Tensor& tensor) {
   EMBER_CHECK(tensor.dim() <= kMaxDims, impl_->where("allgather"), ": tensors of more than ", kMaxDims,
               " dimensions are not supported, got shape ", tensor.shape());
   Impl* impl = impl_.get();
-  const int n = size_;
   std::vector<Tensor> result;
-  impl->enqueue("allgather", [impl, tensor, n, &result] {
-    // Fingerprint: dtype, ndim, then the shape (dim 0 may differ between ranks).
-    std::vector<int64_t> mine(2 + kMaxDims, 0);
-    mine[0] = int64_t(tensor.dtype());
-    mine[1] = tensor.dim();
-    for (int64_t d = 0; d < tensor.dim(); ++d) mine[size_t(2 + d)] = tensor.size(d);
-    const auto all = impl->exchange("allgather", mine);
-    const size_t k = mine.size();
+  impl->enqueue(fingerprint_of(CollectiveKind::allgather, tensor), [impl, tensor, &result](const Impl::Fingerprints& all) {
+    // The fingerprints (already checked to agree but in dim 0) carry every rank's shape.
     std::vector<Shape> shapes;
-    std::vector<DType> dtypes;
-    for (int r = 0; r < n; ++r) {
-      const int64_t* f = &all[size_t(r) * k];
-      shapes.emplace_back(f + 2, f + 2 + f[1]);
-      dtypes.push_back(DType(f[0]));
-    }
-    if (auto mismatch = allgather_mismatch(impl->where("allgather"), tensor.shape(), tensor.dtype(), shapes, dtypes))
-      throw Disagreement(*mismatch);
+    for (const auto& f : all) shapes.push_back(f.shape);
     // Gather everything into one buffer; each rank's piece is a view of it.
     const size_t elem = tensor.element_size();
     std::vector<size_t> bytes = allgather_counts(shapes);
@@ -638,16 +634,15 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(Tensor output, const Tens
   check_reduce_scatter(impl_->where(name), output, input, op, size_);
   Impl* impl = impl_.get();
   const int r = rank_;
-  return impl->enqueue(name, [impl, output, input, op, r, name] {
-    impl->agree(name, {input.numel(), int64_t(input.dtype()), int64_t(op)}, [](const int64_t* f) {
-      return describe_tensor(f) + " with op " + reduce_op_name(ReduceOp(f[2]));
-    });
-    Tensor all = input.clone();
-    impl->run_allreduce(name, all.raw_data(), size_t(all.numel()), all.dtype(), op);
-    const size_t chunk_bytes = size_t(output.numel()) * output.element_size();
-    if (chunk_bytes)
-      std::memcpy(output.raw_data(), static_cast<const uint8_t*>(all.raw_data()) + size_t(r) * chunk_bytes, chunk_bytes);
-  });
+  return impl->enqueue(fingerprint_of(CollectiveKind::reduce_scatter, input, int64_t(op)),
+                       [impl, output, input, op, r, name](const Impl::Fingerprints&) {
+                         Tensor all = input.clone();
+                         impl->run_allreduce(name, all.raw_data(), size_t(all.numel()), all.dtype(), op);
+                         const size_t chunk_bytes = size_t(output.numel()) * output.element_size();
+                         if (chunk_bytes)
+                           std::memcpy(output.raw_data(),
+                                       static_cast<const uint8_t*>(all.raw_data()) + size_t(r) * chunk_bytes, chunk_bytes);
+                       });
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather_into(Tensor output, const Tensor& input) {
@@ -657,8 +652,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_into(Tensor output, const Tens
   check_allgather_into(impl_->where(name), output, input, size_);
   Impl* impl = impl_.get();
   const int n = size_;
-  return impl->enqueue(name, [impl, output, input, n, name] {
-    impl->agree(name, {input.numel(), int64_t(input.dtype())}, describe_tensor);
+  return impl->enqueue(fingerprint_of(CollectiveKind::allgather_into, input), [impl, output, input, n](const Impl::Fingerprints&) {
     const size_t bytes = size_t(input.numel()) * input.element_size();
     if (bytes == 0) return;
     // Gloo copies this rank's piece into output while it still reads the input: an input that
@@ -670,24 +664,28 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_into(Tensor output, const Tens
 
 void ProcessGroupGloo::barrier() {
   Impl* impl = impl_.get();
-  impl->enqueue("barrier", [impl] { impl->run_barrier(); })->wait();
+  CollectiveFingerprint mine;
+  mine.kind = CollectiveKind::barrier;
+  impl->enqueue(mine, [impl](const Impl::Fingerprints&) { impl->run_barrier(); })->wait();
 }
 
 std::vector<Bytes> ProcessGroupGloo::allgather_bytes(const Bytes& mine) {
   Impl* impl = impl_.get();
-  const int n = size_;
+  CollectiveFingerprint fp;
+  fp.kind = CollectiveKind::allgather_bytes;
+  fp.numel = int64_t(mine.size());
+  fp.shape = {fp.numel};
   std::vector<Bytes> result;
-  impl->enqueue("allgather_bytes", [impl, &mine, n, &result] {
-    const auto lengths = impl->exchange("allgather_bytes", {int64_t(mine.size())});
-    std::vector<size_t> bytes(lengths.begin(), lengths.end());
+  impl->enqueue(fp, [impl, &mine, &result](const Impl::Fingerprints& all) {
+    std::vector<size_t> bytes;
     size_t total = 0;
-    for (size_t b : bytes) total += b;
+    for (const auto& f : all) bytes.push_back(size_t(f.numel)), total += size_t(f.numel);
     std::vector<uint8_t> out(total);
     impl->run_allgatherv(mine.data(), mine.size(), out.data(), bytes);
     size_t at = 0;
-    for (int r = 0; r < n; ++r) {
-      result.emplace_back(out.begin() + long(at), out.begin() + long(at + bytes[size_t(r)]));
-      at += bytes[size_t(r)];
+    for (size_t b : bytes) {
+      result.emplace_back(out.begin() + long(at), out.begin() + long(at + b));
+      at += b;
     }
   })->wait();
   return result;

@@ -16,30 +16,6 @@ namespace ember::distributed {
 
 namespace {
 
-using Lookup = std::function<std::optional<std::string>(const std::string&)>;
-
-int parse_int(const std::string& name, const std::string& value) {
-  int out = 0;
-  const char* first = value.data();
-  const char* last = first + value.size();
-  auto [ptr, ec] = std::from_chars(first, last, out);
-  EMBER_CHECK(ec == std::errc() && ptr == last && first != last, "rendezvous: ", name, "='", value,
-              "' is not an integer");
-  return out;
-}
-
-// Both variables of a pair, or neither; one alone is an error naming both.
-bool pair_set(const Lookup& lookup, const std::string& a, const std::string& b) {
-  auto va = lookup(a), vb = lookup(b);
-  if (va.has_value() != vb.has_value()) {
-    const std::string& set = va ? a : b;
-    const std::string& unset = va ? b : a;
-    EMBER_FAIL("rendezvous: ", set, "='", va ? *va : *vb, "' is set but ", unset, " is not (", a, " and ", b,
-               " go together, as `ember launch` and torchrun set them)");
-  }
-  return va.has_value();
-}
-
 class TimeoutOverride {
  public:
   TimeoutOverride(Store& store, std::chrono::milliseconds t) : store_(store), saved_(store.timeout()) {
@@ -75,64 +51,6 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
-
-RendezvousInfo rendezvous_info_from(const Lookup& lookup) {
-  RendezvousInfo info;
-  bool have_ranks = pair_set(lookup, "RANK", "WORLD_SIZE");
-  bool have_local = pair_set(lookup, "LOCAL_RANK", "LOCAL_WORLD_SIZE");
-  if (have_ranks) {
-    info.world_size = parse_int("WORLD_SIZE", *lookup("WORLD_SIZE"));
-    info.rank = parse_int("RANK", *lookup("RANK"));
-    EMBER_CHECK(info.world_size >= 1, "rendezvous: WORLD_SIZE='", info.world_size, "' must be at least 1");
-    EMBER_CHECK(info.rank >= 0 && info.rank < info.world_size, "rendezvous: RANK='", info.rank,
-                "' is out of range for WORLD_SIZE=", info.world_size, " (0..", info.world_size - 1, ")");
-  } else if (have_local) {
-    EMBER_FAIL("rendezvous: LOCAL_RANK='", *lookup("LOCAL_RANK"),
-               "' is set but RANK and WORLD_SIZE are not (set all of them, or none for a single process)");
-  }
-
-  if (have_local) {
-    info.local_world_size = parse_int("LOCAL_WORLD_SIZE", *lookup("LOCAL_WORLD_SIZE"));
-    info.local_rank = parse_int("LOCAL_RANK", *lookup("LOCAL_RANK"));
-    EMBER_CHECK(info.local_world_size >= 1 && info.local_world_size <= info.world_size,
-                "rendezvous: LOCAL_WORLD_SIZE='", info.local_world_size, "' must be in 1..WORLD_SIZE=",
-                info.world_size);
-    EMBER_CHECK(info.local_rank >= 0 && info.local_rank < info.local_world_size, "rendezvous: LOCAL_RANK='",
-                info.local_rank, "' is out of range for LOCAL_WORLD_SIZE=", info.local_world_size, " (0..",
-                info.local_world_size - 1, ")");
-  } else {
-    // No launcher told us about machines: all ranks share this one.
-    info.local_world_size = info.world_size;
-    info.local_rank = info.rank;
-  }
-
-  auto addr = lookup("MASTER_ADDR");
-  auto port = lookup("MASTER_PORT");
-  if (info.world_size > 1) {
-    EMBER_CHECK(addr, "rendezvous: WORLD_SIZE=", info.world_size,
-                " but MASTER_ADDR is not set (the address of the machine running rank 0)");
-    EMBER_CHECK(port, "rendezvous: WORLD_SIZE=", info.world_size,
-                " but MASTER_PORT is not set (a free port on the machine running rank 0)");
-  }
-  if (addr) {
-    EMBER_CHECK(!addr->empty(), "rendezvous: MASTER_ADDR is set but empty");
-    info.master_addr = *addr;
-  }
-  if (port) {
-    int p = parse_int("MASTER_PORT", *port);
-    EMBER_CHECK(p >= 1 && p <= 65535, "rendezvous: MASTER_PORT='", *port, "' is not a port number (1..65535)");
-    info.master_port = p;
-  }
-  return info;
-}
-
-RendezvousInfo rendezvous_info_from_env() {
-  return rendezvous_info_from([](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  });
-}
 
 std::string store_bind_address(const RendezvousInfo& info) {
   if (const char* bind = std::getenv("EMBER_STORE_BIND_ADDR"); bind && *bind) return bind;

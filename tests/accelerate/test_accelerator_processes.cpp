@@ -110,6 +110,15 @@ TEST_F(AcceleratorProcesses, ShardedDataParallelMatchesTheLargeBatchUnderEachStr
   expect_all(run(3, {"fsdp", "SHARD_GRAD_OP", "3", "2", dir_.file("ckpt_each"), "sync_each_batch"}), "fsdp ok");
 }
 
+TEST_F(AcceleratorProcesses, ACollectiveOnTheMainProcessOnlyFailsAtOnceNamingBothCollectives) {
+  // Collective fingerprints: rank 0's allgather meets rank 1's barrier, and both ranks say so
+  // within seconds instead of waiting out the 10-minute timeout.
+  auto outcomes = run(2, {"main_only_gather"});
+  expect_all(outcomes, "main only ok");
+  EXPECT_NE(outcomes[1].output.find("rank 0 is in allgather #"), std::string::npos) << outcomes[1].output;
+  EXPECT_NE(outcomes[0].output.find("rank 1 in barrier #"), std::string::npos) << outcomes[0].output;
+}
+
 TEST_F(AcceleratorProcesses, GatherForMetricsSeesEveryValidationSampleOnce) {
   // 11 samples, batch 2 per process: the last round is padded by wrapping around.
   expect_all(run(2, {"metrics", "11", "2", "0"}), "metrics ok");

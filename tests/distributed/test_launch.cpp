@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "accelerate/launch_config.h"
+#include "distributed/rendezvous.h"
 #include "process_test_util.h"
 #include "test_util.h"
 
@@ -421,6 +422,53 @@ TEST_F(LaunchTest, MachineRankOffsetsTheRanks) {
     EXPECT_EQ(e["EMBER_NUM_THREADS"], "3");
     EXPECT_EQ(e["OMP_NUM_THREADS"], "3");
   }
+}
+
+// Under `srun --ntasks-per-node=1 ember launch` (an sbatch script's way), each launcher takes
+// its machine's rank, the machine count and the main machine from the step's variables.
+std::map<std::string, std::string> srun_task_env(int node, int nodes) {
+  return {{"SLURM_STEP_ID", "0"},
+          {"SLURM_JOB_ID", "4321"},
+          {"SLURM_PROCID", std::to_string(node)},
+          {"SLURM_NTASKS", std::to_string(nodes)},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x" + std::to_string(nodes) + ")"},
+          {"SLURM_JOB_NODELIST", "cn[07-08]"}};
+}
+
+TEST_F(LaunchTest, UnderSrunTheMachineLayoutComesFromSlurm) {
+  const Result r = launch({"--num_processes", "4"}, {"--print-env"}, srun_task_env(1, 2));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  auto envs = rank_envs(r.out);
+  ASSERT_EQ(envs.size(), 2u) << r.out;
+  for (int local = 0; local < 2; ++local) {
+    auto& e = envs[2 + local];
+    EXPECT_EQ(e["RANK"], std::to_string(2 + local));
+    EXPECT_EQ(e["WORLD_SIZE"], "4");
+    EXPECT_EQ(e["GROUP_RANK"], "1");
+    EXPECT_EQ(e["MASTER_ADDR"], "cn07");
+    EXPECT_EQ(e["MASTER_PORT"], std::to_string(slurm_port_for_job(4321)));
+  }
+  // Flags still win over Slurm's word.
+  const Result flagged = launch({"--num_processes", "4", "--main_process_ip", "10.0.0.9", "--main_process_port",
+                                 "29511"},
+                                {"--print-env"}, srun_task_env(1, 2));
+  ASSERT_EQ(flagged.status, 0) << describe(flagged);
+  EXPECT_EQ(rank_envs(flagged.out)[2]["MASTER_ADDR"], "10.0.0.9");
+  EXPECT_EQ(rank_envs(flagged.out)[2]["MASTER_PORT"], "29511");
+}
+
+TEST_F(LaunchTest, TwoLaunchersOnOneSlurmNodeAreRejected) {
+  auto env = srun_task_env(0, 1);
+  env["SLURM_NTASKS"] = "2";
+  env["SLURM_PROCID"] = "1";
+  env["SLURM_LOCALID"] = "1";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2";
+  const Result r = launch({"--num_processes", "2"}, {"--print-env"}, env);
+  EXPECT_NE(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "srun --ntasks-per-node=1")) << r.err;
+  EXPECT_TRUE(rank_envs(r.out).empty()) << r.out;
 }
 
 TEST_F(LaunchTest, InconsistentMachineSettingsAreRejected) {

@@ -7,11 +7,14 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "distributed/collective_fingerprint.h"
 #include "distributed/hash_store.h"
 #include "distributed/process_group_gloo.h"
 #include "distributed/tcp_store.h"
@@ -301,7 +304,7 @@ TEST(ProcessGroupGloo, AllgatherIntoRefusesBadBuffersAndMismatchedRanks) {
     // Ranks that disagree about the size fail alike, naming both, and the group goes on.
     const int64_t len = pg.rank() == 0 ? 3 : 4;
     EXPECT_EMBER_ERROR(pg.allgather_into(zeros({2 * len}), zeros({len}))->wait(), "allgather_into (world 2",
-                       "rank 0 3 elements of float32", "rank 1 4 elements of float32");
+                       "rank 0 [3] float32", "rank 1 [4] float32");
     Tensor x = ones({2});
     pg.allreduce(x)->wait();
     EXPECT_EQ(x.to_vector<float>()[1], 2.0f);
@@ -361,20 +364,99 @@ TEST(ProcessGroupGloo, CudaTensorIsRefused) {
 #endif
 }
 
-TEST(ProcessGroupGloo, ShapeCheckReportsMismatchedAllreduce) {
+TEST(ProcessGroupGloo, FingerprintsReportMismatchedAllreduceAndBroadcast) {
+  run_ranks(2, [](ProcessGroupGloo& pg) {
+    Tensor x = zeros({pg.rank() == 0 ? 4 : 5});
+    EXPECT_EMBER_ERROR(pg.allreduce(x)->wait(), "allreduce (world 2", "allreduce #0 with different tensors",
+                       "rank 0 [4] float32 sum", "rank 1 [5] float32 sum");
+    EXPECT_EMBER_ERROR(pg.broadcast(ones({2}), pg.rank())->wait(), "broadcast #1", "rank 0 [2] float32 from root 0",
+                       "rank 1 [2] float32 from root 1");
+    EXPECT_EMBER_ERROR(pg.allreduce(ones({2}), pg.rank() == 0 ? ReduceOp::Sum : ReduceOp::Max)->wait(), "allreduce #2",
+                       "float32 sum", "float32 max");
+    Tensor y = ones({2});
+    pg.allreduce(y)->wait();  // every rank failed alike, so the group goes on
+    EXPECT_EQ(y.to_vector<float>()[0], 2.0f);
+  });
+}
+
+TEST(ProcessGroupGloo, RanksInDifferentCollectivesFailAtOnceNamingEach) {
+  // The classic hang: a collective on one rank only. Both ranks fail in far less than the
+  // timeout, each naming what every rank was running, and the group stays usable.
+  run_ranks(
+      3,
+      [](ProcessGroupGloo& pg) {
+        const auto start = std::chrono::steady_clock::now();
+        pg.barrier();  // #0 everywhere
+        if (pg.rank() == 0) {
+          EXPECT_EMBER_ERROR(pg.allgather(zeros({37, 2})), "allgather (world 3, rank 0)", "different collectives",
+                             "rank 0 is in allgather #1 [37, 2] float32", "rank 1 in barrier #1",
+                             "rank 2 in allreduce #1 [3] int64 max");
+        } else if (pg.rank() == 1) {
+          EXPECT_EMBER_ERROR(pg.barrier(), "barrier (world 3, rank 1)", "rank 0 is in allgather #1 [37, 2] float32");
+        } else {
+          EXPECT_EMBER_ERROR(pg.allreduce(zeros({3}, {DType::i64}), ReduceOp::Max)->wait(), "rank 1 in barrier #1");
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+        Bytes mine(size_t(pg.rank() + 1), uint8_t(pg.rank()));
+        const auto all = pg.allgather_bytes(mine);  // #2: lengths travel in the fingerprints
+        ASSERT_EQ(all.size(), 3u);
+        EXPECT_EQ(all[2], Bytes(3, uint8_t(2)));
+      },
+      milliseconds(60000));
+}
+
+TEST(ProcessGroupGloo, FingerprintsOffStillCheckAllgatherShapes) {
   ProcessGroupOptions opt;
-  opt.check_shapes = true;
+  opt.fingerprint_collectives = false;
   run_ranks(
       2,
       [](ProcessGroupGloo& pg) {
-        Tensor x = zeros({pg.rank() == 0 ? 4 : 5});
-        EXPECT_EMBER_ERROR(pg.allreduce(x)->wait(), "allreduce (world 2", "rank 0 4 elements of float32",
-                           "rank 1 5 elements of float32");
-        Tensor y = ones({2});
-        pg.allreduce(y)->wait();
-        EXPECT_EQ(y.to_vector<float>()[0], 2.0f);
+        Tensor x = ones({3});
+        pg.allreduce(x)->wait();
+        EXPECT_EQ(x.to_vector<float>()[2], 2.0f);
+        pg.barrier();
+        // allgather needs every rank's shape anyway, so it still compares them
+        EXPECT_EMBER_ERROR(pg.allgather(zeros({2, pg.rank() == 0 ? 3 : 4})), "rank 0 [2, 3] float32", "rank 1 [2, 4] float32");
+        EXPECT_EQ(pg.allgather(full({pg.rank() + 1}, 1.0))[1].size(0), 2);
       },
       milliseconds(10000), opt);
+}
+
+TEST(CollectiveFingerprint, EncodesRoundTripsAndDescribes) {
+  CollectiveFingerprint f;
+  f.kind = CollectiveKind::reduce_scatter;
+  f.seq = 812;
+  f.dtype = DType::bf16;
+  f.shape = {37, 2};
+  f.numel = 74;
+  f.extra = int64_t(ReduceOp::Avg);
+  const auto e = f.encode();
+  ASSERT_EQ(e.size(), CollectiveFingerprint::kEncodedSize);
+  const CollectiveFingerprint g = CollectiveFingerprint::decode(e.data());
+  EXPECT_EQ(g.describe(), "reduce_scatter #812 [37, 2] bfloat16 avg");
+  // 20 dims: the shape keeps 16, numel stays exact, and the fingerprints still compare equal
+  CollectiveFingerprint deep;
+  deep.kind = CollectiveKind::allreduce;
+  deep.shape = Shape(20, 1);
+  deep.numel = 1;
+  EXPECT_EQ(CollectiveFingerprint::decode(deep.encode().data()).shape.size(), 16u);
+  EXPECT_FALSE(fingerprint_mismatch("x", {deep, CollectiveFingerprint::decode(deep.encode().data())}));
+  // payload bytes from a rank that skipped the exchange are named as such
+  std::vector<int64_t> junk(CollectiveFingerprint::kEncodedSize, 7);
+  const auto odd = fingerprint_mismatch("allreduce (world 2, rank 0)", {deep, CollectiveFingerprint::decode(junk.data())});
+  ASSERT_TRUE(odd);
+  EXPECT_NE(odd->find("rank 1 in no fingerprinted collective"), std::string::npos) << *odd;
+}
+
+TEST(CollectiveFingerprint, TheEnvironmentTurnsThemOff) {
+  EXPECT_TRUE(collective_fingerprints_enabled_by_env());
+  ::setenv("EMBER_COLLECTIVE_FINGERPRINT", "0", 1);
+  EXPECT_FALSE(collective_fingerprints_enabled_by_env());
+  ::setenv("EMBER_COLLECTIVE_FINGERPRINT", "on", 1);
+  EXPECT_TRUE(collective_fingerprints_enabled_by_env());
+  ::setenv("EMBER_COLLECTIVE_FINGERPRINT", "maybe", 1);
+  EXPECT_EMBER_ERROR(collective_fingerprints_enabled_by_env(), "EMBER_COLLECTIVE_FINGERPRINT='maybe'");
+  ::unsetenv("EMBER_COLLECTIVE_FINGERPRINT");
 }
 
 TEST(ProcessGroupGloo, MissingRankAtSetupIsNamed) {

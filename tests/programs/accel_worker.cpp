@@ -36,8 +36,13 @@
 //                                                 repeats a step exactly; prints "fsdp ok".
 //                                                 <strategy> "launcher": the options come from
 //                                                 `ember launch --use_fsdp ...` (EMBER_FSDP_*)
+//   accel_worker main_only_gather                 the classic hang: gather_for_metrics under
+//                                                 is_main_process, wait_for_everyone on every
+//                                                 rank; each rank must fail within seconds,
+//                                                 naming both collectives; prints "main only ok"
 // Exit status 0 when every expectation held.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -742,6 +747,27 @@ int run_structures(const std::string& dir) {
   return failed ? 1 : 0;
 }
 
+int run_main_only_gather() {
+  Accelerator acc;
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    Tensor mine = full({3, 2}, double(acc.process_index()), {.dtype = DType::f32});
+    if (acc.is_main_process()) mine = acc.gather_for_metrics(mine);
+    acc.wait_for_everyone();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %d failed after %.2f s: %s\n", acc.process_index(), seconds, error.c_str());
+  expect(!error.empty(), "a collective called on the main process only fails");
+  expect(seconds < 10.0, "the mismatch is reported within 10 s, not at the timeout");
+  expect(error.find("rank 0 is in allgather") != std::string::npos && error.find("rank 1 in barrier") != std::string::npos,
+         "the error names both ranks' collectives");
+  if (!failed) std::printf("main only ok\n");
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -758,6 +784,7 @@ int main(int argc, char** argv) {
     if (mode == "fsdp" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "sync_each_batch")))
       return run_fsdp(argv[2], arg(3), arg(4), argv[5], argc == 7);
     if (mode == "structures" && argc == 3) return run_structures(argv[2]);
+    if (mode == "main_only_gather" && argc == 2) return run_main_only_gather();
     std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
                          "train <project> <out> <total> <stop_at> <resume> | amp | structures <dir>\n");
     return 2;

@@ -15,14 +15,17 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <string>
 #include <system_error>
 
 #include "accelerate/launch_config.h"
 #include "command_line.h"
 #include "core/error.h"
+#include "distributed/rendezvous.h"
 #include "elastic_runs.h"
 #include "launch_limits.h"
 #include "rank_supervisor.h"
+#include "slurm_launch.h"
 #include "subcommands.h"
 
 extern char** environ;
@@ -223,7 +226,12 @@ int launch_command(const std::vector<std::string>& args) {
   } else if (auto found = distributed::load_default_config()) {
     config = *found;
   }
-  for (const auto& [flag, value] : request.overrides) flag->apply(config, value);
+  std::set<std::string> flags_given;
+  for (const auto& [flag, value] : request.overrides) {
+    flag->apply(config, value);
+    flags_given.insert(flag->name);
+  }
+  apply_slurm_machine_settings(config, flags_given, distributed::environment_variable);
   config.validate("ember launch settings (config file and flags)");
 
   SupervisorOptions options;
