@@ -241,7 +241,7 @@ const std::vector<std::string>& launch_config_keys() {
       "compute_environment", "distributed_type", "num_processes", "num_machines",
       "machine_rank", "main_process_ip", "main_process_port", "mixed_precision",
       "gradient_accumulation_steps", "num_cpu_threads_per_process", "use_cpu", "max_restarts",
-      "monitor_interval", "heartbeat_timeout", "fsdp_config"};
+      "monitor_interval", "heartbeat_timeout", "rdzv_timeout", "fsdp_config"};
   return keys;
 }
 
@@ -282,10 +282,8 @@ void LaunchConfig::validate(const std::string& source) const {
               ": key 'monitor_interval': expected a positive number of seconds, got ", monitor_interval);
   EMBER_CHECK(std::isfinite(heartbeat_timeout) && heartbeat_timeout >= 0, source,
               ": key 'heartbeat_timeout': expected a number of seconds >= 0 (0: never), got ", heartbeat_timeout);
-  EMBER_CHECK(max_restarts == 0 || num_machines == 1, source, ": key 'max_restarts': ", max_restarts,
-              " restarts with num_machines ", num_machines,
-              ": elastic restarts are done by one launcher, so they need num_machines 1 (restart the "
-              "machines' launchers together, e.g. from the cluster's scheduler, to resume on several)");
+  EMBER_CHECK(std::isfinite(rdzv_timeout) && rdzv_timeout > 0, source,
+              ": key 'rdzv_timeout': expected a positive number of seconds, got ", rdzv_timeout);
   EMBER_CHECK(main_process_ip.find_first_of(" \t\n") == std::string::npos, source,
               ": key 'main_process_ip': '", main_process_ip, "' is not a host name or address");
   if (fsdp) check_fsdp_options(*fsdp, source);
@@ -345,6 +343,8 @@ LaunchConfig LaunchConfig::load_yaml(const std::string& path) {
       config.monitor_interval = read_double(source, key, value);
     } else if (key == "heartbeat_timeout") {
       config.heartbeat_timeout = read_double(source, key, value);
+    } else if (key == "rdzv_timeout") {
+      config.rdzv_timeout = read_double(source, key, value);
     } else if (key == "fsdp_config") {
       has_fsdp_config = true;
       config.fsdp = read_fsdp_config(source, value);
@@ -394,6 +394,7 @@ std::string LaunchConfig::to_yaml() const {
   out << YAML::Key << "max_restarts" << YAML::Value << max_restarts;
   out << YAML::Key << "monitor_interval" << YAML::Value << monitor_interval;
   out << YAML::Key << "heartbeat_timeout" << YAML::Value << heartbeat_timeout;
+  out << YAML::Key << "rdzv_timeout" << YAML::Value << rdzv_timeout;
   if (fsdp) {
     out << YAML::Key << "fsdp_config" << YAML::Value << YAML::BeginMap;
     for (const FSDPSetting& setting : fsdp_settings())

@@ -16,6 +16,7 @@
 //   max_restarts: 0                    # restarts of every rank after a failure (elastic)
 //   monitor_interval: 5                # seconds between the launcher's progress checks
 //   heartbeat_timeout: 0               # seconds without progress that fail a rank (0: never)
+//   rdzv_timeout: 300                  # seconds launchers wait for each other at restarts
 //   fsdp_config:                       # sharded data parallel; written only when on
 //     fsdp_sharding_strategy: FULL_SHARD
 //     fsdp_transformer_layer_cls_to_wrap: BertLayer
@@ -68,6 +69,10 @@ struct LaunchConfig {
   // treats it as failed: stops every rank and, with max_restarts, restarts them (a hung or
   // stopped rank). 0: never; such a rank is only named.
   double heartbeat_timeout = 0;
+  // With max_restarts on several machines: seconds a machine's launcher waits for the others
+  // when the job starts and after each attempt; a machine that does not come back within it
+  // ends the job (torchrun's rendezvous join timeout).
+  double rdzv_timeout = 300;
   // Sharded data parallel for every rank (`--use_fsdp`, the fsdp_config mapping); unset: DDP.
   std::optional<FSDPOptions> fsdp;
 

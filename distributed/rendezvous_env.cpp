@@ -33,7 +33,8 @@ long long parse_integer(const std::string& name, const std::string& value) {
 
 int parse_int(const std::string& name, const std::string& value) {
   const long long v = parse_integer(name, value);
-  EMBER_CHECK(v >= -(1LL << 31) && v < (1LL << 31), "rendezvous: ", name, "='", value, "' is out of range");
+  EMBER_CHECK(v >= -(1LL << 31) && v < (1LL << 31), "rendezvous: ", name, "='", value,
+              "' is not an integer that fits an int");
   return static_cast<int>(v);
 }
 
@@ -63,9 +64,10 @@ void check_rank(RendezvousInfo& info, const std::string& rank_name, const std::s
               "' is out of range for ", size_name, "=", info.world_size, " (0..", info.world_size - 1, ")");
 }
 
-void check_local(RendezvousInfo& info, const std::string& local_name, const std::string& local_size_name) {
+void check_local(RendezvousInfo& info, const std::string& local_name, const std::string& local_size_name,
+                 const std::string& size_name) {
   EMBER_CHECK(info.local_world_size >= 1 && info.local_world_size <= info.world_size, "rendezvous: ",
-              local_size_name, "='", info.local_world_size, "' must be in 1..", info.world_size,
+              local_size_name, "='", info.local_world_size, "' must be in 1..", size_name, "=", info.world_size,
               " (the number of ranks)");
   EMBER_CHECK(info.local_rank >= 0 && info.local_rank < info.local_world_size, "rendezvous: ", local_name, "='",
               info.local_rank, "' is out of range for ", local_size_name, "=", info.local_world_size, " (0..",
@@ -101,7 +103,7 @@ RendezvousInfo from_rank_variables(const Lookup& lookup) {
   if (have_local) {
     info.local_world_size = parse_int("LOCAL_WORLD_SIZE", *lookup("LOCAL_WORLD_SIZE"));
     info.local_rank = parse_int("LOCAL_RANK", *lookup("LOCAL_RANK"));
-    check_local(info, "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    check_local(info, "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE");
   } else {
     // No launcher told us about machines: all ranks share this one.
     info.local_world_size = info.world_size;
@@ -151,7 +153,7 @@ std::optional<RendezvousInfo> from_mpi(const Lookup& lookup) {
     if (pair_set(lookup, n.local_rank, n.local_size, n.who)) {
       info.local_rank = parse_int(n.local_rank, *lookup(n.local_rank));
       info.local_world_size = parse_int(n.local_size, *lookup(n.local_size));
-      check_local(info, n.local_rank, n.local_size);
+      check_local(info, n.local_rank, n.local_size, n.size);
     } else {
       info.local_rank = info.rank;
       info.local_world_size = info.world_size;
@@ -222,7 +224,7 @@ std::optional<RendezvousInfo> from_slurm(const Lookup& lookup) {
     info.launcher_num_nodes = 1;
   }
   info.launcher_node_rank = node;
-  check_local(info, "SLURM_LOCALID", "the tasks on this node");
+  check_local(info, "SLURM_LOCALID", "the tasks on this node", ntasks->first);
   EMBER_CHECK(node < info.launcher_num_nodes, "rendezvous: SLURM_NODEID=", node, " is out of range for ",
               info.launcher_num_nodes, " node(s)");
 

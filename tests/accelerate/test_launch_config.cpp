@@ -238,8 +238,7 @@ TEST(LaunchConfig, OutOfRangeValuesNameKeyAndValue) {
   expect_load_error("max_restarts: -1\n", {"max_restarts", "non-negative", "-1"});
   expect_load_error("monitor_interval: 0\n", {"monitor_interval", "positive", "0"});
   expect_load_error("heartbeat_timeout: -5\n", {"heartbeat_timeout", ">= 0", "-5"});
-  // Restarts are one launcher's job: several machines would need their launchers restarted together.
-  expect_load_error("num_machines: 2\nnum_processes: 2\nmax_restarts: 1\n", {"max_restarts", "num_machines 2"});
+  expect_load_error("rdzv_timeout: 0\n", {"rdzv_timeout", "positive", "0"});
 }
 
 TEST(LaunchConfig, UnknownKeysListTheKnownOnes) {

@@ -204,7 +204,7 @@ TEST(ElasticLaunch, BadRestartFlagsAreUsageErrors) {
            {{"--max_restarts", "-1"}, "--max_restarts"},
            {{"--monitor_interval", "0"}, "--monitor_interval: expected a positive number of seconds, got '0'"},
            {{"--heartbeat_timeout", "soon"}, "--heartbeat_timeout: expected a non-negative number of seconds"},
-           {{"--max_restarts", "1", "--num_machines", "2", "--num_processes", "2"}, "max_restarts"}}) {
+           {{"--rdzv_timeout", "-3"}, "--rdzv_timeout: expected a positive number of seconds"}}) {
     const LaunchResult r = launch(dir, "flags", flags);
     EXPECT_NE(r.status, 0) << r.log;
     EXPECT_TRUE(contains(r.log, message)) << message << "\n" << r.log;

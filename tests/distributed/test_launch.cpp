@@ -790,9 +790,10 @@ TEST_F(LaunchTest, ConfigCommandWritesFromFlags) {
 TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   const std::string path = dir_.file("asked.yaml");
   // machines, machine rank, ip, port (default), processes (3 is rejected, then 4), cpu,
-  // precision (fp8 rejected), accumulation (0 rejected), threads (default), monitor interval
-  // (0 rejected, then 2.5; restarts are not asked on two machines). Then FSDP (the default, no).
-  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n0\n2.5\n\n";
+  // precision (fp8 rejected), accumulation (0 rejected), threads (default), restarts, the
+  // machines' rendezvous timeout (0 rejected, then 45; asked on two machines only), monitor
+  // interval (0 rejected, then 2.5). Then FSDP (the default, no).
+  const std::string answers = "2\n1\n10.0.0.5\n\n3\n4\nyes\nfp8\nbf16\n0\n16\n\n2\n0\n45\n0\n2.5\n\n";
   const Result r = ember({"config", "--config_file", path}, {}, answers);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "[29500]")) << r.out;
@@ -809,12 +810,14 @@ TEST_F(LaunchTest, ConfigCommandAsksAndValidatesAnswers) {
   EXPECT_EQ(c.gradient_accumulation_steps, 16);
   EXPECT_EQ(c.num_cpu_threads_per_process, 0);
   EXPECT_EQ(c.monitor_interval, 2.5);
-  EXPECT_FALSE(contains(r.out, "Restart every process")) << r.out;
+  EXPECT_EQ(c.max_restarts, 2);
+  EXPECT_EQ(c.rdzv_timeout, 45);
+  EXPECT_TRUE(contains(r.out, "rdzv_timeout")) << r.out;  // the rejected 0, named
   EXPECT_FALSE(c.fsdp.has_value());
 
   // The existing file supplies the defaults; flags skip their questions.
   const Result again = ember({"config", "--config_file", path, "--mixed_precision", "fp16"}, {},
-                             "\n\n\n\n\n\n\n\n\n\n\n");
+                             "\n\n\n\n\n\n\n\n\n\n\n\n\n");
   ASSERT_EQ(again.status, 0) << describe(again);
   EXPECT_FALSE(contains(again.out, "Mixed precision")) << again.out;
   const LaunchConfig kept = LaunchConfig::load_yaml(path);

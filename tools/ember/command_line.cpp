@@ -93,6 +93,8 @@ std::vector<ConfigFlag> make_config_flags() {
        [](LaunchConfig& c, const std::string& v) { c.monitor_interval = seconds_value(v, "monitor_interval", false); }},
       {"heartbeat_timeout", "S", "seconds without progress that fail a rank (default 0: never)",
        [](LaunchConfig& c, const std::string& v) { c.heartbeat_timeout = seconds_value(v, "heartbeat_timeout", true); }},
+      {"rdzv_timeout", "S", "seconds machines' launchers wait for each other at restarts (default 300)",
+       [](LaunchConfig& c, const std::string& v) { c.rdzv_timeout = seconds_value(v, "rdzv_timeout", false); }},
       {"use_fsdp", nullptr, "shard the model across ranks (FSDP); any --fsdp_* flag implies it",
        [](LaunchConfig& c, const std::string& v) {
          if (v.empty() || parse_bool(v, "--use_fsdp")) {

@@ -31,8 +31,13 @@ struct Question {
 
 bool always(const LaunchConfig&) { return true; }
 bool several_machines(const LaunchConfig& c) { return c.num_machines > 1; }
-bool one_machine(const LaunchConfig& c) { return c.num_machines == 1; }
 std::string fine(const LaunchConfig&) { return ""; }
+// A number of seconds as a user types it: 2.5, 300.
+std::string shortest(double seconds) {
+  std::ostringstream out;
+  out << seconds;
+  return out.str();
+}
 bool several_processes(const LaunchConfig& c) { return c.num_processes > 1; }
 bool sharded(const LaunchConfig& c) { return c.fsdp.has_value(); }
 bool wraps_by_type(const LaunchConfig& c) {
@@ -76,16 +81,12 @@ const std::vector<Question>& questions() {
        [](const LaunchConfig& c) { return std::to_string(c.gradient_accumulation_steps); }, fine},
       {"num_cpu_threads_per_process", "CPU threads per process (0: cores / processes on this machine)?", always,
        [](const LaunchConfig& c) { return std::to_string(c.num_cpu_threads_per_process); }, fine},
-      // One launcher restarts its ranks; on several machines the scheduler restarts the launchers.
-      {"max_restarts", "Restart every process how many times after one fails (0: never)?", one_machine,
+      {"max_restarts", "Restart every process how many times after one fails (0: never)?", always,
        [](const LaunchConfig& c) { return std::to_string(c.max_restarts); }, fine},
+      {"rdzv_timeout", "Seconds each machine waits for the others when the job restarts?", several_machines,
+       [](const LaunchConfig& c) { return shortest(c.rdzv_timeout); }, fine},
       {"monitor_interval", "Seconds between checks that every process makes progress?", always,
-       [](const LaunchConfig& c) {
-         std::ostringstream out;
-         out << c.monitor_interval;
-         return out.str();
-       },
-       fine},
+       [](const LaunchConfig& c) { return shortest(c.monitor_interval); }, fine},
       {"use_fsdp", "Shard the model across the processes (FullyShardedDataParallel)? (yes/no)", several_processes,
        [](const LaunchConfig& c) { return std::string(c.fsdp ? "yes" : "no"); }, fine},
       {"fsdp_sharding_strategy", "Sharding strategy: FULL_SHARD, SHARD_GRAD_OP, SHARD_OPTIMIZER or NO_SHARD?",

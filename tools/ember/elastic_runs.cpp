@@ -37,6 +37,12 @@ void clear_heartbeats(const std::string& dir, const std::vector<RankProcess>& ra
   for (const RankProcess& r : ranks) std::filesystem::remove(distributed::heartbeat_path(dir, r.rank), ignored);
 }
 
+// How this machine's part of an attempt ended, for the other machines' launchers.
+MachineOutcome machine_outcome(const JobOutcome& o) {
+  if (o.status == 0) return MachineOutcome::succeeded;
+  return o.interrupted || o.start_failed ? MachineOutcome::fatal : MachineOutcome::failed;
+}
+
 }  // namespace
 
 std::string describe_attempt(const AttemptRecord& record, size_t index, const std::vector<int>& ranks) {
@@ -49,6 +55,8 @@ std::string describe_attempt(const AttemptRecord& record, size_t index, const st
                                       : " exited with status " + std::to_string(o.failure->exit_code));
     for (size_t i = 0; i < ranks.size() && i < o.steps.size(); ++i)
       if (ranks[i] == o.failure->rank && o.steps[i] >= 0) line += " at step " + std::to_string(o.steps[i]);
+  } else if (o.stopped_for) {
+    line += "stopped for " + *o.stopped_for;
   } else if (o.interrupted) {
     line += "the launcher was interrupted (status " + std::to_string(o.status) + ")";
   } else if (o.start_failed) {
@@ -69,7 +77,8 @@ std::string describe_attempt(const AttemptRecord& record, size_t index, const st
 }
 
 int run_with_restarts(const SupervisorOptions& options, int max_restarts,
-                      const std::function<std::vector<RankProcess>(int attempt)>& ranks_for) {
+                      const std::function<std::vector<RankProcess>(int attempt)>& ranks_for,
+                      MachineCoordinator* machines) {
   std::vector<AttemptRecord> attempts;
   std::vector<int> ranks;
   for (int attempt = 0;; ++attempt) {
@@ -77,18 +86,37 @@ int run_with_restarts(const SupervisorOptions& options, int max_restarts,
     ranks.clear();
     for (const RankProcess& r : specs) ranks.push_back(r.rank);
     clear_heartbeats(options.heartbeat_dir, specs);
+    SupervisorOptions attempt_options = options;
+    if (machines) {
+      attempt_options.peer_failure = [machines, attempt] { return machines->failure(attempt); };
+      attempt_options.on_failure = [machines, attempt](const std::string& how) {
+        machines->report_failure(attempt, how);
+      };
+    }
     AttemptRecord record;
-    record.outcome = supervise_ranks(options, specs);
-    if (!attempts.empty() && attempts.back().outcome.failure) {
+    record.outcome = supervise_ranks(attempt_options, specs);
+    if (!attempts.empty() && (attempts.back().outcome.failure || attempts.back().outcome.stopped_for)) {
       const Clock::time_point failed = attempts.back().outcome.failed_at;
       record.restart_seconds = seconds_between(failed, record.outcome.started_at);
       if (record.outcome.all_training_since)
         record.back_to_training_seconds = seconds_between(failed, *record.outcome.all_training_since);
     }
     attempts.push_back(record);
-    const JobOutcome& o = attempts.back().outcome;
-    const bool restartable = o.status != 0 && o.failure && !o.interrupted && !o.start_failed;
-    if (!restartable || attempt == max_restarts) break;
+    JobOutcome& o = attempts.back().outcome;
+    if (machines) {
+      // Every machine's launcher takes this decision alike (or throws: a machine is gone).
+      const AttemptVerdict verdict = machines->finish_attempt(attempt, machine_outcome(o), attempt < max_restarts);
+      if (verdict == AttemptVerdict::succeeded) break;
+      if (o.status == 0) {
+        // This machine's ranks finished, but another machine's did not: the job did not.
+        o.status = 1;
+        o.stopped_for = "a failure on another machine";
+      }
+      if (verdict == AttemptVerdict::stop) break;
+    } else {
+      const bool restartable = o.status != 0 && o.failure && !o.interrupted && !o.start_failed;
+      if (!restartable || attempt == max_restarts) break;
+    }
     say("restarting every rank (restart " + std::to_string(attempt + 1) + " of " + std::to_string(max_restarts) +
         "); the program resumes from its latest checkpoint");
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "machine_coordinator.h"
 #include "rank_supervisor.h"
 
 namespace ember::cli {
@@ -27,7 +28,10 @@ std::string describe_attempt(const AttemptRecord& record, size_t index, const st
 
 // Runs attempts until one succeeds, the launcher is interrupted, a rank cannot start, or
 // max_restarts restarts have failed. `ranks_for(attempt)` builds the ranks of attempt 0, 1, ...
+// With `machines` (a job on several machines), a failure anywhere stops every machine's ranks
+// and every machine's launcher takes the same decision after each attempt.
 int run_with_restarts(const SupervisorOptions& options, int max_restarts,
-                      const std::function<std::vector<RankProcess>(int attempt)>& ranks_for);
+                      const std::function<std::vector<RankProcess>(int attempt)>& ranks_for,
+                      MachineCoordinator* machines = nullptr);
 
 }  // namespace ember::cli

@@ -24,6 +24,7 @@
 #include "distributed/rendezvous.h"
 #include "elastic_runs.h"
 #include "launch_limits.h"
+#include "machine_coordinator.h"
 #include "rank_supervisor.h"
 #include "slurm_launch.h"
 #include "subcommands.h"
@@ -199,6 +200,10 @@ std::string launch_usage() {
          "is checked, and a rank that made none for that long is named, stopped ones pointed out.\n"
          "With --heartbeat_timeout S, a rank that made no progress for S seconds after its first\n"
          "backward pass counts as failed (status 1): a hung or stopped rank ends the attempt too.\n"
+         "On several machines (--num_machines) the launchers restart together: machine 0's launcher\n"
+         "serves them a store at --main_process_port + 1, a failure on any machine stops the ranks\n"
+         "on all of them, and a machine that does not come back within --rdzv_timeout seconds ends\n"
+         "the job.\n"
          "\n"
          "options:\n" +
          describe_config_flags() +
@@ -244,13 +249,19 @@ int launch_command(const std::vector<std::string>& args) {
   options.monitor_interval = std::chrono::milliseconds(std::max<long long>(1, std::llround(config.monitor_interval * 1000)));
   options.heartbeat_timeout = std::chrono::milliseconds(std::llround(config.heartbeat_timeout * 1000));
   const int local = config.local_processes();
-  return run_with_restarts(options, config.max_restarts, [&](int attempt) {
-    std::vector<RankProcess> ranks;
-    for (int local_rank = 0; local_rank < local; ++local_rank)
-      ranks.push_back({config.machine_rank * local + local_rank,
-                       environment_for(config, local_rank, attempt, heartbeats.path())});
-    return ranks;
-  });
+  // Several machines that restart: their launchers agree on every attempt.
+  std::optional<MachineCoordinator> machines;
+  if (config.num_machines > 1 && config.max_restarts > 0) machines.emplace(config);
+  return run_with_restarts(
+      options, config.max_restarts,
+      [&](int attempt) {
+        std::vector<RankProcess> ranks;
+        for (int local_rank = 0; local_rank < local; ++local_rank)
+          ranks.push_back({config.machine_rank * local + local_rank,
+                           environment_for(config, local_rank, attempt, heartbeats.path())});
+        return ranks;
+      },
+      machines ? &*machines : nullptr);
 }
 
 }  // namespace ember::cli

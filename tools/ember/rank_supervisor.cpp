@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,8 @@ constexpr std::string_view kClearLine = "\r\033[K";
 // After the last rank exits, output still buffered in pipes held open by its own children is
 // read for at most this long.
 constexpr auto kDrainTime = std::chrono::seconds(1);
+// How often a job on several machines asks whether a rank elsewhere failed.
+constexpr auto kPeerPoll = std::chrono::milliseconds(200);
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 int g_signal_pipe[2] = {-1, -1};
@@ -364,10 +367,13 @@ class Supervisor {
       outcome_.failed_at = Clock::now();
       // Where it got to, before its file is read again by the next attempt's monitor.
       if (monitor_.enabled()) monitor_.check(pids(), outcome_.failed_at);
-      if (WIFSIGNALED(status))
-        note("rank " + std::to_string(r.rank) + " was killed by " + signal_name(WTERMSIG(status)));
+      const std::string how = WIFSIGNALED(status)
+                                  ? "rank " + std::to_string(r.rank) + " was killed by " + signal_name(WTERMSIG(status))
+                                  : "rank " + std::to_string(r.rank) + " exited with status " + std::to_string(exit_status_);
+      if (WIFSIGNALED(status)) note(how);
       note("rank " + std::to_string(r.rank) + " exited with status " + std::to_string(exit_status_) +
            "; stopping the other ranks");
+      tell_other_machines(how);
       stop_all(SIGTERM);
     }
   }
@@ -405,10 +411,39 @@ class Supervisor {
     std::snprintf(text, sizeof(text), "%g", seconds);
     note("rank " + std::to_string(r.rank) + " made no progress for " + text + " s (--heartbeat_timeout" +
          (process_is_stopped(r.pid) ? "; it is stopped" : "") + "); stopping the ranks");
+    tell_other_machines("rank " + std::to_string(r.rank) + " made no progress for " + text + " s");
     stop_all(SIGTERM);
     // A stopped rank acts on SIGTERM only once continued.
     for (const Rank& each : ranks_)
       if (each.running) ::kill(-each.pid, SIGCONT);
+  }
+
+  // A failure here, for the launchers of the job's other machines.
+  void tell_other_machines(const std::string& how) {
+    if (!options_.on_failure) return;
+    try {
+      options_.on_failure(how);
+    } catch (const std::exception& e) {
+      note(std::string("cannot tell the other machines: ") + e.what());
+    }
+  }
+
+  // Stops the ranks here when a rank on another machine failed (or the launchers' store is
+  // gone, so the job is over anyway).
+  void check_other_machines(Clock::time_point now) {
+    next_peer_check_ = now + kPeerPoll;
+    std::optional<std::string> reason;
+    try {
+      reason = options_.peer_failure();
+    } catch (const std::exception& e) {
+      reason = std::string("the launchers' store is unreachable (") + e.what() + ")";
+    }
+    if (!reason) return;
+    note(*reason + "; stopping the ranks on this machine");
+    exit_status_ = 1;
+    outcome_.stopped_for = *reason;
+    outcome_.failed_at = now;
+    stop_all(SIGTERM);
   }
 
   bool any_running() const { return running_ > 0; }
@@ -453,6 +488,10 @@ class Supervisor {
           if (const auto lost = monitor_.check(pids(), now)) lose_heartbeat(*lost, now);
         if (!wake || monitor_.next_check() < *wake) wake = monitor_.next_check();
       }
+      if (options_.peer_failure && running && !stopping_) {
+        if (now >= next_peer_check_) check_other_machines(now);
+        if (!wake || next_peer_check_ < *wake) wake = next_peer_check_;
+      }
       if (!running && (!wake || *drain_deadline < *wake)) wake = drain_deadline;
       int timeout = -1;
       if (wake)
@@ -484,6 +523,7 @@ class Supervisor {
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
+  Clock::time_point next_peer_check_{};
   int exit_status_ = 0;
   int exec_error_ = 0;
   const bool stdout_is_terminal_ = ::isatty(STDOUT_FILENO) != 0;

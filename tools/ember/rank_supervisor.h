@@ -17,6 +17,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ struct SupervisorOptions {
   std::string heartbeat_dir;
   std::chrono::milliseconds monitor_interval{std::chrono::seconds(5)};
   std::chrono::milliseconds heartbeat_timeout{0};  // 0: a silent rank is only named
+  // A job on several machines (machine_coordinator.h): asked a few times a second whether a
+  // rank elsewhere failed, which stops the ranks here too (its answer says which, and how);
+  // and told at once when a rank here fails ("rank 3 was killed by SIGKILL").
+  std::function<std::optional<std::string>()> peer_failure;
+  std::function<void(const std::string&)> on_failure;
 };
 
 // How a job of ranks ended.
@@ -52,6 +58,8 @@ struct JobOutcome {
     bool lost_heartbeat = false;  // stopped by the launcher: no progress for the heartbeat timeout
   };
   std::optional<Failure> failure;
+  // The ranks were stopped because a rank on another machine failed: that machine's report.
+  std::optional<std::string> stopped_for;
   Clock::time_point started_at{};  // before the first rank was started
   Clock::time_point failed_at{};   // when the failure was seen
   std::vector<int64_t> steps;      // each rank's last heartbeat, in start order (-1: none)
