@@ -32,6 +32,10 @@ struct Options {
   // Where the Accelerator example logs (metrics.jsonl, TensorBoard events, report.html under
   // <project_dir>/sst2_finetune_accelerate/); the plain example ignores it.
   std::string project_dir = "runs";
+  // How DDP sends gradients between processes (the Accelerator example only): no, fp16, bf16
+  // or power_sgd (rank --powersgd-rank), as DistributedDataParallelKwargs(comm_hook=...).
+  std::string comm_hook = "no";
+  int powersgd_rank = 4;
 };
 
 inline Options parse(int argc, char** argv, const char* program) {
@@ -40,7 +44,8 @@ inline Options parse(int argc, char** argv, const char* program) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
       std::printf("usage: %s [--epochs N] [--batch B] [--lr X] [--max-len L] [--pretrained DIR]\n"
-                  "       [--data-dir D] [--train-limit N] [--seed S] [--threads T] [--project-dir D]\n", program);
+                  "       [--data-dir D] [--train-limit N] [--seed S] [--threads T] [--project-dir D]\n"
+                  "       [--comm-hook no|fp16|bf16|power_sgd] [--powersgd-rank R]\n", program);
       std::exit(0);
     }
     EMBER_CHECK(i + 1 < argc, program, ": ", k, " needs a value");
@@ -55,6 +60,8 @@ inline Options parse(int argc, char** argv, const char* program) {
     else if (k == "--seed") o.seed = std::stoull(v);
     else if (k == "--threads") o.threads = std::stoi(v);
     else if (k == "--project-dir") o.project_dir = v;
+    else if (k == "--comm-hook") o.comm_hook = v;
+    else if (k == "--powersgd-rank") o.powersgd_rank = std::stoi(v);
     else EMBER_FAIL(program, ": unknown option ", k, " (see --help)");
   }
   return o;

@@ -22,7 +22,11 @@ int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // result lines show up as they are printed
   if (opt.threads > 0) set_num_threads(opt.threads);
   manual_seed(opt.seed);
-  Accelerator acc({.split_batches = true, .log_with = {"all"}, .project_dir = opt.project_dir});  // +
+  Accelerator acc({.split_batches = true,                                                            // +
+                   .log_with = {"all"},                                                               // +
+                   .project_dir = opt.project_dir,                                                    // +
+                   .ddp = {.comm_hook = distributed::parse_comm_hook(opt.comm_hook),                  // +
+                           .powersgd = {.matrix_approximation_rank = opt.powersgd_rank}}});           // +
   const sst2::Data sst = sst2::load(opt);
   auto model = sst2::model(opt, sst);
   optim::AdamW optimizer(model->parameters(), {.lr = opt.lr, .weight_decay = 0.01});
