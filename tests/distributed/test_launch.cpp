@@ -404,13 +404,8 @@ TEST_F(LaunchTest, FsdpFlagsOverrideTheConfigFile) {
   }
 }
 
-TEST_F(LaunchTest, MachineRankOffsetsTheRanks) {
-  const Result r = launch({"--num_processes", "4", "--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
-                           "10.1.2.3", "--num_cpu_threads_per_process", "3"},
-                          {"--print-env"});
-  ASSERT_EQ(r.status, 0) << describe(r);
-  auto envs = rank_envs(r.out);
-  ASSERT_EQ(envs.size(), 2u) << r.out;
+// Machine 1 of 2 with 4 ranks: its ranks are 2 and 3, and they meet machine 0 at `master`.
+void expect_machine_one_of_two(std::map<int, std::map<std::string, std::string>>& envs, const std::string& master) {
   for (int local = 0; local < 2; ++local) {
     auto& e = envs[2 + local];
     EXPECT_EQ(e["RANK"], std::to_string(2 + local));
@@ -418,7 +413,20 @@ TEST_F(LaunchTest, MachineRankOffsetsTheRanks) {
     EXPECT_EQ(e["WORLD_SIZE"], "4");
     EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
     EXPECT_EQ(e["GROUP_RANK"], "1");
-    EXPECT_EQ(e["MASTER_ADDR"], "10.1.2.3");
+    EXPECT_EQ(e["MASTER_ADDR"], master);
+  }
+}
+
+TEST_F(LaunchTest, MachineRankOffsetsTheRanks) {
+  const Result r = launch({"--num_processes", "4", "--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
+                           "10.1.2.3", "--num_cpu_threads_per_process", "3"},
+                          {"--print-env"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  auto envs = rank_envs(r.out);
+  ASSERT_EQ(envs.size(), 2u) << r.out;
+  expect_machine_one_of_two(envs, "10.1.2.3");
+  for (int local = 0; local < 2; ++local) {
+    auto& e = envs[2 + local];
     EXPECT_EQ(e["EMBER_NUM_THREADS"], "3");
     EXPECT_EQ(e["OMP_NUM_THREADS"], "3");
   }
@@ -442,14 +450,9 @@ TEST_F(LaunchTest, UnderSrunTheMachineLayoutComesFromSlurm) {
   ASSERT_EQ(r.status, 0) << describe(r);
   auto envs = rank_envs(r.out);
   ASSERT_EQ(envs.size(), 2u) << r.out;
-  for (int local = 0; local < 2; ++local) {
-    auto& e = envs[2 + local];
-    EXPECT_EQ(e["RANK"], std::to_string(2 + local));
-    EXPECT_EQ(e["WORLD_SIZE"], "4");
-    EXPECT_EQ(e["GROUP_RANK"], "1");
-    EXPECT_EQ(e["MASTER_ADDR"], "cn07");
-    EXPECT_EQ(e["MASTER_PORT"], std::to_string(slurm_port_for_job(4321)));
-  }
+  expect_machine_one_of_two(envs, "cn07");
+  for (int local = 0; local < 2; ++local)
+    EXPECT_EQ(envs[2 + local]["MASTER_PORT"], std::to_string(slurm_port_for_job(4321)));
   // Flags still win over Slurm's word.
   const Result flagged = launch({"--num_processes", "4", "--main_process_ip", "10.0.0.9", "--main_process_port",
                                  "29511"},

@@ -5,7 +5,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "core/error.h"
 #include "distributed/rendezvous.h"
 #include "test_util.h"
 
@@ -98,27 +101,28 @@ TEST(SlurmEnv, TheBatchScriptItselfIsOneProcess) {
 }
 
 TEST(SlurmEnv, InconsistentStepsAreErrorsNamingTheVariable) {
-  Env env = srun_env(4);
-  env["SLURM_STEP_TASKS_PER_NODE"] = "3(x2)";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_STEP_TASKS_PER_NODE='3(x2)' adds up to 6 tasks but SLURM_NTASKS=5");
-  env = srun_env(4);
-  env["SLURM_NODEID"] = "2";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_NODEID=2", "describes 2 node(s)");
-  env = srun_env(4);
-  env["SLURM_PROCID"] = "5";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_PROCID='5' is out of range for SLURM_NTASKS=5");
-  env = srun_env(4);
-  env["SLURM_LOCALID"] = "2";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_LOCALID='2' is out of range");
-  env = srun_env(4);
-  env["SLURM_JOB_NODELIST"] = "node[02-01]";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_JOB_NODELIST='node[02-01]'", "runs backwards");
-  env = srun_env(4);
-  env.erase("SLURM_JOB_ID");
-  EXPECT_EMBER_ERROR(parse(env), "neither MASTER_PORT nor SLURM_JOB_ID");
-  env = srun_env(4);
-  env["SLURM_JOB_ID"] = "x1";
-  EXPECT_EMBER_ERROR(parse(env), "SLURM_JOB_ID='x1' is not an integer");
+  // One variable of a consistent step changed (an empty value: removed), and what the error names.
+  const std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> cases = {
+      {"SLURM_STEP_TASKS_PER_NODE", "3(x2)", {"SLURM_STEP_TASKS_PER_NODE='3(x2)' adds up to 6 tasks but SLURM_NTASKS=5"}},
+      {"SLURM_NODEID", "2", {"SLURM_NODEID=2", "describes 2 node(s)"}},
+      {"SLURM_PROCID", "5", {"SLURM_PROCID='5' is out of range for SLURM_NTASKS=5"}},
+      {"SLURM_LOCALID", "2", {"SLURM_LOCALID='2' is out of range"}},
+      {"SLURM_JOB_NODELIST", "node[02-01]", {"SLURM_JOB_NODELIST='node[02-01]'", "runs backwards"}},
+      {"SLURM_JOB_ID", "", {"neither MASTER_PORT nor SLURM_JOB_ID"}},
+      {"SLURM_JOB_ID", "x1", {"SLURM_JOB_ID='x1' is not an integer"}},
+  };
+  for (const auto& [name, value, fragments] : cases) {
+    SCOPED_TRACE(name + "=" + value);
+    Env env = srun_env(4);
+    if (value.empty()) env.erase(name);
+    else env[name] = value;
+    try {
+      parse(env);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MpiEnv, OpenMpiAndMpichVariables) {
