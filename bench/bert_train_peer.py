@@ -20,6 +20,10 @@ positions scored (label = the token, -100 elsewhere) or random labels in {0, 1}.
 --dtype bf16 runs the forward under torch.autocast(<device>, bfloat16); parameters and the
 optimizer stay float32.
 
+The modes of the shared peer (shared/peer/bert_ref.py), for the CPU: --sdpa (attention through
+F.scaled_dot_product_attention), --fused (AdamW(fused=True)), --compile (torch.compile, inductor).
+The JSON line names them in "mode" ("eager" without any).
+
 --device cuda (bench/bert_train --device cuda's peer): the model and each batch on cuda:0
 (batches drawn on the CPU as above, then copied, untimed), eager mode, AdamW with fused=True
 where this torch has it (>= 2.0), else foreach=True; torch.cuda.synchronize() before each
@@ -69,6 +73,10 @@ def parse_args(argv):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--peak-tflops", type=float, default=989.0,
                    help="CUDA only: the GPU's dense bf16 peak, the MFU denominator (989: H100/H200 SXM)")
+    # The modes of the shared peer (shared/peer/bert_ref.py); compare_bert_train.sh takes the fastest.
+    p.add_argument("--sdpa", action="store_true", help="attention through F.scaled_dot_product_attention")
+    p.add_argument("--fused", action="store_true", help="AdamW(fused=True) on the CPU too")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
     a = p.parse_args(argv)
     for key, value in PRESETS[a.config or "bert-mini"].items():
         if getattr(a, key) is None:
@@ -131,6 +139,10 @@ def build_model(a):
         def forward(self, x, additive_mask):
             b, s, h = x.shape
             q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            if a.sdpa:
+                context = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask.to(q.dtype),
+                                                         dropout_p=0.1 if self.training else 0.0)
+                return context.transpose(1, 2).reshape(b, s, h)
             scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + additive_mask
             probs = self.drop(torch.softmax(scores, dim=-1))
             return torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
@@ -242,8 +254,11 @@ def main(argv=None):
         params = list(model.parameters())
         optimizer, optimizer_name = make_adamw(torch, params)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
+                                      **({"fused": True} if a.fused else {}))
     model.train()
+    if a.compile:
+        model = torch.compile(model)  # parameters stay the module's: the optimizer above holds them
     autocast = (lambda: torch.autocast(a.device, dtype=torch.bfloat16)) if a.dtype == "bf16" \
         else contextlib.nullcontext
 
@@ -277,6 +292,7 @@ def main(argv=None):
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "params": sum(p.numel() for p in model.parameters()),
         "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
+        "mode": "+".join(m for m in ("sdpa", "fused", "compile") if getattr(a, m)) or "eager",
         "torch": torch.__version__, "blas": loaded_blas(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
