@@ -9,6 +9,7 @@
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "core/native/copy.h"
+#include "core/ops.h"
 
 namespace ember::autograd {
 namespace {
@@ -18,15 +19,23 @@ struct NodeState {
   Tensors grads;  // one slot per forward output
 };
 
+// Gradients meeting at one slot are summed. The slot's buffer is added into in place when
+// nothing else can see it (a tensor some node produced for this pass alone, not a view, not
+// saved anywhere); otherwise the sum goes to a new tensor in one pass over both, never as a
+// copy followed by an in-place add.
 void accumulate_into(Tensor& slot, Tensor g) {
   if (!slot.defined()) {
     slot = std::move(g);
+    return;
+  }
+  NoGradGuard no_grad;
+  const DType dtype = promote_types(slot.dtype(), g.dtype());
+  const bool exclusive = slot.dtype() == dtype && slot.is_contiguous() && slot.impl_ptr().use_count() == 1 &&
+                         slot.impl()->storage.use_count() == 1;
+  if (exclusive) {
+    slot.add_(g);
   } else {
-    slot = native::to_dtype(slot, promote_types(slot.dtype(), g.dtype()));
-    Tensor sum = native::clone(slot);
-    NoGradGuard no_grad;
-    sum.add_(g);
-    slot = sum;
+    slot = native::to_dtype(slot, dtype) + g;
   }
 }
 

@@ -22,6 +22,20 @@ TEST(AutogradEngine, GradientsAccumulateOverUsesAndCalls) {
   EXPECT_TRUE(y.requires_grad());
 }
 
+// Gradients meeting at a non-leaf are summed in the first one's buffer only when nothing else
+// holds it. Here h + h's backward hands one tensor to both of its inputs, so h's slot receives
+// the same tensor twice: adding it into itself in place would count it four times.
+TEST(AutogradEngine, GradientsMeetingAtANonLeafNeverWriteIntoTensorsOthersHold) {
+  Tensor x = from_vector<double>({1.0, 2.0, 3.0}).requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor y = sum((h + h) * 3.0 + h * h + exp(h) * 0.0);  // dy/dh = 6 + 2h
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{20, 28, 36}));  // 2 (6 + 4x)
+  Tensor z = x * 1.0;
+  sum(z + z + z).backward();  // three uses, one slot: + 3
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{23, 31, 39}));
+}
+
 TEST(AutogradEngine, SecondBackwardNeedsRetainGraph) {
   Tensor x = from_vector<double>({1.0, 2.0}).requires_grad_();
   Tensor y = sum(exp(x));
