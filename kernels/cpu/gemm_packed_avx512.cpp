@@ -1,0 +1,82 @@
+// The packed GEMM's AVX-512F micro-kernel (see gemm_packed.h): a 12 x 32 tile of C in 24 zmm
+// accumulators. Each step of k loads two vectors of the packed B panel and, per row,
+// broadcasts one value of the packed A panel into two FMAs: 24 FMAs against 14 loads, and 24
+// independent chains cover the FMA latency (4 cycles) times two FMA pipes with room to spare.
+// 14 x 32 (28 accumulators) would leave one register for the broadcast and none for
+// prefetching B ahead; 12 x 32 is also the shape of BLIS's Skylake-X sgemm kernel (32 x 12 in
+// its column-major terms).
+//
+// Not measured: the machines this was written on have no AVX-512 (AMD EPYC Zen 3). The
+// arithmetic is the AVX2 kernel's, lane for lane, so its results are bitwise those of the
+// AVX2 kernel (tests/ops/test_gemm_packed.cpp checks it where AVX-512 exists).
+
+// GCC 12's AVX-512 intrinsic headers start some results from a deliberately undefined
+// register, which -Wmaybe-uninitialized reports once inlined (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/gemm_packed.h"
+
+// AVX-512 code, reached only after a run-time check (packed_kernel_available); everything
+// below is compiled for it and nothing here is inline in a header another file could pick up.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#endif
+
+namespace ember::cpu {
+
+void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                float beta) {
+  constexpr int kRows = kPackedAvx512Rows;
+  constexpr int kCols = kPackedAvx512Cols;
+  static_assert(kCols == 32, "two zmm vectors a row");
+  __m512 acc0[kRows], acc1[kRows];
+#pragma GCC unroll 12
+  for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  // The C tile is read or written only after the loop; its lines (often out in L3 or memory
+  // by then) arrive while the loop runs.
+#pragma GCC unroll 12
+  for (int i = 0; i < kRows; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kCols - 1), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kRows; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+    a += kRows;
+    b += kCols;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (beta == 0.0f) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kRows; ++i) {
+      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc0[i]));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc1[i]));
+    }
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+    for (int i = 0; i < kRows; ++i) {
+      float* row = c + i * ldc;
+      _mm512_storeu_ps(row, _mm512_fmadd_ps(vb, _mm512_loadu_ps(row), _mm512_mul_ps(va, acc0[i])));
+      _mm512_storeu_ps(row + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(row + 16), _mm512_mul_ps(va, acc1[i])));
+    }
+  }
+}
+
+}  // namespace ember::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
