@@ -17,12 +17,14 @@
 // Inputs are exact f32 (or bf16) values, so the reference sees the numbers the kernel multiplies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
