@@ -1,4 +1,5 @@
-// Ember's f32 and bf16 matmul against Eigen's f32 GEMM called directly, in one binary, at 1 and 2 threads.
+// Ember's f32 and bf16 matmul against Eigen's f32 GEMM called directly, and Ember's packed GEMM against
+// oneDNN's sgemm called directly, in one binary, at 1 and 2 threads.
 // Shapes are M x K x N: [M, K] @ [K, N]. "GFLOP/s" counts 2*M*K*N floating-point operations per
 // product. Times are wall-clock.
 //
@@ -25,18 +26,43 @@
 //                           Paths alternate within each shape. Measured numbers and the dispatch
 //                           they led to: the header of kernels/cpu/gemm_bf16.cpp.
 //
+//   packed/<layout>/<impl>/<MxKxN>/<threads>
+//                           Ember's packed GEMM (kernels/cpu/gemm_packed.h) against oneDNN's sgemm
+//                           called directly, at BERT shapes in the three layouts of training:
+//                             fwd     X W^T     (trans_b)   M = tokens, K = in, N = out
+//                             dgrad   dY W      (none)      M = tokens, K = out, N = in
+//                             wgrad   dY^T X    (trans_a)   M = out, K = tokens, N = in
+//                           for 2048 tokens through 256->1024, 1024->256 (a small BERT's FFN),
+//                           768->3072, 3072->768 (bert-base) and the MLM decoder 256->30522.
+//                           impl: packed_f32 (f32 in, f32 out), onednn_f32 (dnnl_sgemm with
+//                           OpenMP set to the thread count; like cpu::gemm at 1 thread),
+//                           onednn_bands_f32 (cpu::gemm<float>: oneDNN per band of Ember's pool,
+//                           2 threads only), packed_bf16 and widened_bf16 (bf16 in, bf16 out;
+//                           widened = cpu::gemm forced onto the widened bf16 path). Operands and
+//                           C are allocated once per case, beta = 0.
+//                           Measured numbers: the header of kernels/cpu/gemm_packed.cpp.
+//   fma_peak/<threads>      independent ymm FMAs in registers: the core's f32 FMA peak, to read
+//                           the GEMM rows as fractions of it.
+//
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
 // eigen_* use Eigen's own OpenMP threading (Eigen::setNbThreads), the usual way to run it.
 // Benchmarks are registered shape by shape, Ember next to Eigen, so both see the same machine.
 #include <benchmark/benchmark.h>
+#include <dnnl.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <Eigen/Core>
 #include <array>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "bench/progress_reporter.h"
 #include "ember/ember.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace {
 
@@ -201,6 +227,154 @@ void register_bf16_paths() {
       }
 }
 
+// ---- packed GEMM against oneDNN's sgemm
+
+enum class PackedImpl { PackedF32, OneDnnF32, OneDnnBandsF32, PackedBf16, WidenedBf16 };
+
+const char* impl_name(PackedImpl impl) {
+  switch (impl) {
+    case PackedImpl::PackedF32: return "packed_f32";
+    case PackedImpl::OneDnnF32: return "onednn_f32";
+    case PackedImpl::OneDnnBandsF32: return "onednn_bands_f32";
+    case PackedImpl::PackedBf16: return "packed_bf16";
+    case PackedImpl::WidenedBf16: return "widened_bf16";
+  }
+  return "?";
+}
+
+struct PackedProblem {
+  int64_t m, k, n;
+  bool trans_a, trans_b;
+  int threads;
+  PackedImpl impl;
+};
+
+template <class T>
+std::vector<T> random_buffer(int64_t count) {
+  std::mt19937 gen(1234);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<T> v(static_cast<size_t>(count));
+  for (auto& x : v) x = T(dist(gen));
+  return v;
+}
+
+void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
+  using namespace ember;
+  set_num_threads(p.threads);
+  const cpu::PackedKernel kernel = cpu::packed_kernel_for_this_cpu();
+  std::string label = impl_name(p.impl);
+  if (p.impl == PackedImpl::PackedF32 || p.impl == PackedImpl::PackedBf16)
+    label += std::string("(") + cpu::packed_kernel_name(kernel) + ")";
+  label += " MxKxN=" + std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n);
+  label += std::string(p.trans_a ? " A^T" : " A") + (p.trans_b ? " B^T" : " B");
+  label += " threads=" + std::to_string(p.threads);
+  state.SetLabel(label);
+  // Stored shapes: A^T is stored k x m, B^T n x k.
+  const int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
+  const bool bf16 = p.impl == PackedImpl::PackedBf16 || p.impl == PackedImpl::WidenedBf16;
+  if (bf16) {
+    const auto a = random_buffer<BFloat16>(p.m * p.k), b = random_buffer<BFloat16>(p.k * p.n);
+    std::vector<BFloat16> c(size_t(p.m * p.n));
+    if (p.impl == PackedImpl::WidenedBf16) cpu::set_bf16_gemm_path(cpu::Bf16GemmPath::Widened);
+    for (auto _ : state) {
+      if (p.impl == PackedImpl::PackedBf16)
+        cpu::packed_gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc,
+                         kernel);
+      else
+        cpu::gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
+      benchmark::DoNotOptimize(c.data());
+      benchmark::ClobberMemory();
+    }
+    cpu::set_bf16_gemm_path(std::nullopt);
+  } else {
+    const auto a = random_buffer<float>(p.m * p.k), b = random_buffer<float>(p.k * p.n);
+    std::vector<float> c(size_t(p.m * p.n));
+    const int omp_before = omp_get_max_threads();
+    if (p.impl == PackedImpl::OneDnnF32) omp_set_num_threads(p.threads);
+    for (auto _ : state) {
+      switch (p.impl) {
+        case PackedImpl::PackedF32:
+          cpu::packed_gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                           ldc, kernel);
+          break;
+        case PackedImpl::OneDnnF32:
+          dnnl_sgemm(p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb,
+                     0.0f, c.data(), ldc);
+          break;
+        default:
+          cpu::gemm<float>(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                           ldc);
+          break;
+      }
+      benchmark::DoNotOptimize(c.data());
+      benchmark::ClobberMemory();
+    }
+    omp_set_num_threads(omp_before);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(p.m) * double(p.k) * double(p.n) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// 12 independent chains of ymm FMAs per thread (two FMA pipes times a 4-cycle latency, with
+// room), nothing but registers: the f32 FMA peak of the cores.
+void fma_peak(benchmark::State& state, int threads) {
+  ember::set_num_threads(threads);
+  state.SetLabel("threads=" + std::to_string(threads));
+  constexpr int64_t kSteps = 1 << 20;
+  for (auto _ : state) {
+    ember::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        __m256 acc[12];
+        for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i + t));
+        const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+        for (int64_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 12
+          for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+        }
+        __m256 sum = acc[0];
+        for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+        benchmark::DoNotOptimize(sum);
+      }
+    });
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(double(threads) * double(kSteps) * 12 * 16 * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_packed() {
+  struct Layer {
+    int64_t in, out;
+  };
+  const Layer layers[] = {{256, 1024}, {1024, 256}, {768, 3072}, {3072, 768}, {256, 30522}};
+  constexpr int64_t kTokens = 2048;
+  struct Layout {
+    const char* name;
+    bool trans_a, trans_b;
+  };
+  const Layout layouts[] = {{"fwd", false, true}, {"dgrad", false, false}, {"wgrad", true, false}};
+  for (int threads : {1, 2}) {
+    const std::string suffix = threads == 1 ? "/1thread" : "/2threads";
+    benchmark::RegisterBenchmark(("fma_peak" + suffix).c_str(), fma_peak, threads)->UseRealTime();
+    for (const Layer& l : layers)
+      for (const Layout& lay : layouts) {
+        // fwd: [tokens, in] x [in, out]; dgrad: [tokens, out] x [out, in]; wgrad: [out, tokens] x [tokens, in]
+        const int64_t m = lay.trans_a ? l.out : kTokens;
+        const int64_t k = lay.trans_a ? kTokens : lay.trans_b ? l.in : l.out;
+        const int64_t n = lay.trans_b ? l.out : l.in;
+        // Two threads: the bert-base shapes and the decoder only.
+        if (threads == 2 && l.in != 768 && l.out != 30522) continue;
+        for (PackedImpl impl : {PackedImpl::PackedF32, PackedImpl::OneDnnF32, PackedImpl::OneDnnBandsF32,
+                                PackedImpl::PackedBf16, PackedImpl::WidenedBf16}) {
+          if (impl == PackedImpl::OneDnnBandsF32 && threads == 1) continue;
+          const PackedProblem p{m, k, n, lay.trans_a, lay.trans_b, threads, impl};
+          std::string name = std::string("packed/") + lay.name + "/" + impl_name(impl) + "/" + std::to_string(m) +
+                             "x" + std::to_string(k) + "x" + std::to_string(n) + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), packed_vs_onednn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
+        }
+      }
+  }
+}
+
 void register_all() {
   const std::array<std::array<int64_t, 3>, 4> shapes = {
       {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 256, 768}}};
@@ -220,6 +394,7 @@ void register_all() {
           benchmark::RegisterBenchmark((std::string(name) + suffix).c_str(), fn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   register_bf16_paths();
+  register_packed();
 }
 
 }  // namespace
