@@ -36,10 +36,10 @@
 //                           768->3072, 3072->768 (bert-base) and the MLM decoder 256->30522.
 //                           impl: packed_f32 (f32 in, f32 out), onednn_f32 (dnnl_sgemm with
 //                           OpenMP set to the thread count; like cpu::gemm at 1 thread),
-//                           onednn_bands_f32 (cpu::gemm<float>: oneDNN per band of Ember's pool,
-//                           2 threads only), packed_bf16 and widened_bf16 (bf16 in, bf16 out;
-//                           widened = cpu::gemm forced onto the widened bf16 path). Operands and
-//                           C are allocated once per case, beta = 0.
+//                           onednn_bands_f32 (cpu::gemm<float> forced onto oneDNN, one band per
+//                           thread of Ember's pool, 2 threads only), packed_bf16 (bf16 in, bf16
+//                           out; cpu::gemm's bf16 path on CPUs without AMX or fast AVX512-BF16).
+//                           Operands and C are allocated once per case, beta = 0.
 //                           Measured numbers: the header of kernels/cpu/gemm_packed.cpp.
 //   fma_peak/<threads>      independent ymm FMAs in registers: the core's f32 FMA peak, to read
 //                           the GEMM rows as fractions of it.
@@ -62,6 +62,7 @@
 #include "ember/ember.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_f32_path.h"
 #include "kernels/cpu/gemm_packed.h"
 
 namespace {
@@ -229,7 +230,7 @@ void register_bf16_paths() {
 
 // ---- packed GEMM against oneDNN's sgemm
 
-enum class PackedImpl { PackedF32, OneDnnF32, OneDnnBandsF32, PackedBf16, WidenedBf16 };
+enum class PackedImpl { PackedF32, OneDnnF32, OneDnnBandsF32, PackedBf16 };
 
 const char* impl_name(PackedImpl impl) {
   switch (impl) {
@@ -237,7 +238,6 @@ const char* impl_name(PackedImpl impl) {
     case PackedImpl::OneDnnF32: return "onednn_f32";
     case PackedImpl::OneDnnBandsF32: return "onednn_bands_f32";
     case PackedImpl::PackedBf16: return "packed_bf16";
-    case PackedImpl::WidenedBf16: return "widened_bf16";
   }
   return "?";
 }
@@ -271,26 +271,22 @@ void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
   state.SetLabel(label);
   // Stored shapes: A^T is stored k x m, B^T n x k.
   const int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
-  const bool bf16 = p.impl == PackedImpl::PackedBf16 || p.impl == PackedImpl::WidenedBf16;
+  const bool bf16 = p.impl == PackedImpl::PackedBf16;
   if (bf16) {
     const auto a = random_buffer<BFloat16>(p.m * p.k), b = random_buffer<BFloat16>(p.k * p.n);
     std::vector<BFloat16> c(size_t(p.m * p.n));
-    if (p.impl == PackedImpl::WidenedBf16) cpu::set_bf16_gemm_path(cpu::Bf16GemmPath::Widened);
     for (auto _ : state) {
-      if (p.impl == PackedImpl::PackedBf16)
-        cpu::packed_gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc,
-                         kernel);
-      else
-        cpu::gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
+      cpu::packed_gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc,
+                       kernel);
       benchmark::DoNotOptimize(c.data());
       benchmark::ClobberMemory();
     }
-    cpu::set_bf16_gemm_path(std::nullopt);
   } else {
     const auto a = random_buffer<float>(p.m * p.k), b = random_buffer<float>(p.k * p.n);
     std::vector<float> c(size_t(p.m * p.n));
     const int omp_before = omp_get_max_threads();
     if (p.impl == PackedImpl::OneDnnF32) omp_set_num_threads(p.threads);
+    if (p.impl == PackedImpl::OneDnnBandsF32) cpu::set_f32_gemm_path(cpu::F32GemmPath::OneDnn);
     for (auto _ : state) {
       switch (p.impl) {
         case PackedImpl::PackedF32:
@@ -310,6 +306,7 @@ void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
       benchmark::ClobberMemory();
     }
     omp_set_num_threads(omp_before);
+    cpu::set_f32_gemm_path(std::nullopt);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(p.m) * double(p.k) * double(p.n) * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
@@ -364,7 +361,7 @@ void register_packed() {
         // Two threads: the bert-base shapes and the decoder only.
         if (threads == 2 && l.in != 768 && l.out != 30522) continue;
         for (PackedImpl impl : {PackedImpl::PackedF32, PackedImpl::OneDnnF32, PackedImpl::OneDnnBandsF32,
-                                PackedImpl::PackedBf16, PackedImpl::WidenedBf16}) {
+                                PackedImpl::PackedBf16}) {
           if (impl == PackedImpl::OneDnnBandsF32 && threads == 1) continue;
           const PackedProblem p{m, k, n, lay.trans_a, lay.trans_b, threads, impl};
           std::string name = std::string("packed/") + lay.name + "/" + impl_name(impl) + "/" + std::to_string(m) +

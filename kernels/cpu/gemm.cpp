@@ -5,11 +5,17 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/gemm_bands.h"
+#include "kernels/cpu/gemm_f32_path.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace ember::cpu {
 namespace {
@@ -87,6 +93,10 @@ void onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 
 void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (f32_gemm_path_for(m, n, k) == F32GemmPath::Packed) {
+    packed_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, packed_kernel_for_this_cpu());
+    return;
+  }
   if (k == 0) {  // oneDNN rejects k == 0; C = beta * C is all that is left
     eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -100,6 +110,40 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, do
 }
 
 }  // namespace
+
+// ---- f32 path selection (numbers: the header of gemm_f32_path.h)
+
+namespace {
+
+F32GemmPath parse_f32_path(const std::string& v) {
+  if (v == "onednn") return F32GemmPath::OneDnn;
+  if (v == "packed") return F32GemmPath::Packed;
+  EMBER_FAIL("EMBER_F32_GEMM: expected onednn or packed, got '", v, "'");
+}
+
+constexpr int kAutomaticF32 = -1;
+
+std::atomic<int>& forced_f32_path() {
+  static std::atomic<int> forced{[] {
+    const char* env = std::getenv("EMBER_F32_GEMM");
+    return env == nullptr || *env == '\0' ? kAutomaticF32 : static_cast<int>(parse_f32_path(env));
+  }()};
+  return forced;
+}
+
+}  // namespace
+
+const char* f32_gemm_path_name(F32GemmPath path) { return path == F32GemmPath::Packed ? "packed" : "onednn"; }
+
+void set_f32_gemm_path(std::optional<F32GemmPath> path) {
+  forced_f32_path().store(path ? static_cast<int>(*path) : kAutomaticF32, std::memory_order_relaxed);
+}
+
+F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k) {
+  const int forced = forced_f32_path().load(std::memory_order_relaxed);
+  if (forced != kAutomaticF32) return static_cast<F32GemmPath>(forced);
+  return double(m) * double(n) * double(k) < kPackedMinWork ? F32GemmPath::OneDnn : F32GemmPath::Packed;
+}
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,

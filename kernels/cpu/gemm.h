@@ -7,8 +7,9 @@
 // m x k matrix) with row stride lda. Likewise for B. Transposed operands are read in place,
 // never copied. beta == 0 overwrites C without reading it (C may hold garbage).
 //
-// f32 runs on oneDNN's sgemm (its AVX2/AVX-512 kernels are chosen at run time), f64 on Eigen's
-// GEMM; both single-threaded inside Ember. Large products are split into bands of
+// f32 runs on Ember's packed GEMM (gemm_packed.h: AVX2 or AVX-512 micro-kernels chosen at run
+// time), small products on oneDNN's sgemm (gemm_f32_path.h has the measured choice;
+// EMBER_F32_GEMM=onednn|packed forces one); f64 on Eigen's GEMM; all single-threaded inside Ember. Large products are split into bands of
 // C, one per thread of Ember's pool (ember::get_num_threads()); called from inside a
 // parallel_for body it runs on the calling thread alone.
 //
@@ -17,7 +18,7 @@
 // bf16 matmul (AMX kernels) when the CPU has AMX and EMBER_CPU_CAPABILITY allows AVX-512;
 // Ember's own AVX512-BF16 (vdpbf16ps) kernel for tiny products, and on CPUs without AMX whose
 // cores run vdpbf16ps at least as fast as f32 FMAs; otherwise the operands are widened to f32
-// and go through the f32 GEMM. EMBER_BF16_GEMM=onednn|avx512bf16|widened forces one.
+// as the packed GEMM packs them. EMBER_BF16_GEMM=onednn|avx512bf16|widened forces one.
 #pragma once
 #include <cstdint>
 

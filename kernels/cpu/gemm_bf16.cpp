@@ -9,7 +9,9 @@
 //
 // avx512bf16: Ember's blocked vdpbf16ps kernel (gemm_bf16_avx512.cpp), band by band.
 //
-// widened: the operands are converted to f32 and multiplied by the f32 GEMM.
+// widened: Ember's packed GEMM (gemm_packed.h), which widens blocks of the operands to f32 as it
+// packs them and runs its f32 micro-kernels. (Until it existed the operands were converted
+// whole and sent to oneDNN's sgemm: the "widened" column of the table below.)
 //
 // Measured with bench_matmul's bf16_* rows (GFLOP/s, median of 5 to 10 alternating runs; the
 // machine is shared, so single runs vary by up to 30%) on an Intel Xeon with AVX512-BF16 and
@@ -70,6 +72,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemm_bands.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace ember::cpu {
 namespace {
@@ -84,40 +87,13 @@ constexpr size_t kCacheCapacity = 256;
 
 // ---- widened path
 
-// Rows per parallel chunk of a conversion: about 16K elements.
-int64_t conversion_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
-
-// A dense f32 copy of a rows x cols bf16 matrix stored with row stride ld.
-std::vector<float> widen(const BFloat16* x, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(size_t(rows * cols));
-  parallel_for(0, rows, conversion_grain(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const BFloat16* src = x + r * ld;
-      float* dst = out.data() + r * cols;
-      for (int64_t j = 0; j < cols; ++j) dst[j] = float(src[j]);
-    }
-  });
-  return out;
-}
-
+// The packed GEMM widens bf16 blocks to f32 as it packs them (no operand is converted whole,
+// nothing is allocated per call) and rounds a bf16 C once.
 template <typename Out>
 void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                   int64_t lda, const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
-  // Stored shapes: op(A) = A^T reads a k x m matrix, op(B) = B^T an n x k one.
-  const int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-  const std::vector<float> a32 = widen(a, trans_a ? k : m, a_cols, lda);
-  const std::vector<float> b32 = widen(b, trans_b ? n : k, b_cols, ldb);
-  if constexpr (std::is_same_v<Out, float>) {
-    gemm<float>(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
-  } else {
-    // Accumulate in f32, round into C once.
-    std::vector<float> c32 = beta != 0.0f ? widen(c, m, n, ldc) : std::vector<float>(size_t(m * n));
-    gemm<float>(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c32.data(), n);
-    parallel_for(0, m, conversion_grain(n), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = BFloat16(c32[size_t(i * n + j)]);
-    });
-  }
+  packed_gemm<BFloat16, BFloat16, Out>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                       packed_kernel_for_this_cpu());
 }
 
 // C = beta * C, the whole product when k == 0 or alpha == 0. beta == 0 writes zeros without

@@ -1,0 +1,61 @@
+// The f32 GEMM's two kernels (kernels/cpu/gemm_f32_path.h): the automatic choice by size, and
+// matmul, linear and bmm giving the reference's results on either path when forced.
+#include "test_util.h"
+
+#include <optional>
+
+#include "kernels/cpu/gemm_f32_path.h"
+
+using namespace ember;
+
+namespace {
+
+// Restores the automatic choice however a test ends.
+struct ForcedF32Path {
+  explicit ForcedF32Path(cpu::F32GemmPath path) { cpu::set_f32_gemm_path(path); }
+  ~ForcedF32Path() { cpu::set_f32_gemm_path(std::nullopt); }
+};
+
+// A [m, k] x [k, n] product on one path against the same product in f64.
+void expect_path_matches_f64(cpu::F32GemmPath path, int64_t m, int64_t k, int64_t n) {
+  const Tensor a = ember::testing::random_tensor({m, k}, DType::f32);
+  const Tensor w = ember::testing::random_tensor({n, k}, DType::f32);
+  const Tensor expected = matmul(a.to(DType::f64), w.to(DType::f64).t());
+  ForcedF32Path forced(path);
+  const Tensor got = matmul(a, w.t());
+  EXPECT_TRUE(ember::testing::all_close(got.to(DType::f64), expected, 1e-4, 1e-4))
+      << cpu::f32_gemm_path_name(path) << " " << m << "x" << k << "x" << n;
+}
+
+}  // namespace
+
+TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
+  cpu::set_f32_gemm_path(std::nullopt);
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64), cpu::F32GemmPath::OneDnn);  // one attention head
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), cpu::F32GemmPath::Packed);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048), cpu::F32GemmPath::Packed);
+  ForcedF32Path forced(cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), cpu::F32GemmPath::OneDnn);
+}
+
+TEST(F32GemmPath, BothPathsMatchAnF64ProductAtTrainingShapes) {
+  for (cpu::F32GemmPath path : {cpu::F32GemmPath::OneDnn, cpu::F32GemmPath::Packed}) {
+    expect_path_matches_f64(path, 256, 128, 320);  // above the size threshold
+    expect_path_matches_f64(path, 37, 19, 53);     // odd, below it
+  }
+}
+
+TEST(F32GemmPath, LinearGradientsAgreeAcrossPaths) {
+  const Tensor x0 = ember::testing::random_tensor({300, 96}, DType::f32);
+  const Tensor w0 = ember::testing::random_tensor({160, 96}, DType::f32);
+  const Tensor b0 = ember::testing::random_tensor({160}, DType::f32);
+  std::vector<Tensor> grads[2];
+  int i = 0;
+  for (cpu::F32GemmPath path : {cpu::F32GemmPath::OneDnn, cpu::F32GemmPath::Packed}) {
+    ForcedF32Path forced(path);
+    Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    sum(linear(x, w, b) * linear(x, w, b)).backward();
+    grads[i++] = {x.grad(), w.grad(), b.grad()};
+  }
+  for (size_t g = 0; g < 3; ++g) EXPECT_TRUE(ember::testing::all_close(grads[0][g], grads[1][g], 1e-4, 1e-3)) << "gradient " << g;
+}
