@@ -142,6 +142,8 @@ void set_f32_gemm_path(std::optional<F32GemmPath> path) {
 F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k) {
   const int forced = forced_f32_path().load(std::memory_order_relaxed);
   if (forced != kAutomaticF32) return static_cast<F32GemmPath>(forced);
+  // The AVX-512 micro-kernel has not been measured against oneDNN's AVX-512 sgemm yet.
+  if (packed_kernel_for_this_cpu() != PackedKernel::Avx2) return F32GemmPath::OneDnn;
   return double(m) * double(n) * double(k) < kPackedMinWork ? F32GemmPath::OneDnn : F32GemmPath::Packed;
 }
 

@@ -21,7 +21,10 @@
 // products (its packing is cheaper there), such as attention's per-head ones.
 //
 // Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN, the
-// rest to the packed GEMM; EMBER_F32_GEMM=onednn|packed (or set_f32_gemm_path) forces one.
+// rest to the packed GEMM, on CPUs where the packed GEMM runs its AVX2 kernel (the one measured
+// above). Where it would run its AVX-512 kernel, oneDNN's AVX-512 sgemm keeps every product
+// until the two are measured side by side there (bench_matmul's packed/* rows).
+// EMBER_F32_GEMM=onednn|packed (or set_f32_gemm_path) forces one.
 #pragma once
 #include <cstdint>
 #include <optional>

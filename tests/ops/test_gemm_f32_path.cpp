@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "kernels/cpu/gemm_f32_path.h"
+#include "kernels/cpu/gemm_packed.h"
 
 using namespace ember;
 
@@ -32,8 +33,12 @@ void expect_path_matches_f64(cpu::F32GemmPath path, int64_t m, int64_t k, int64_
 TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
   cpu::set_f32_gemm_path(std::nullopt);
   EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64), cpu::F32GemmPath::OneDnn);  // one attention head
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), cpu::F32GemmPath::Packed);
-  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048), cpu::F32GemmPath::Packed);
+  // The packed GEMM takes large products where its measured (AVX2) kernel runs.
+  const cpu::F32GemmPath large = cpu::packed_kernel_for_this_cpu() == cpu::PackedKernel::Avx2
+                                     ? cpu::F32GemmPath::Packed
+                                     : cpu::F32GemmPath::OneDnn;
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), large);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048), large);
   ForcedF32Path forced(cpu::F32GemmPath::OneDnn);
   EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), cpu::F32GemmPath::OneDnn);
 }
