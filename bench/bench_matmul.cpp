@@ -41,15 +41,13 @@
 //                           out; cpu::gemm's bf16 path on CPUs without AMX or fast AVX512-BF16).
 //                           Operands and C are allocated once per case, beta = 0.
 //                           Measured numbers: the header of kernels/cpu/gemm_packed.cpp.
-//   fma_peak/<threads>      independent ymm FMAs in registers: the core's f32 FMA peak, to read
-//                           the GEMM rows as fractions of it.
+//   The FMA peak these rows are fractions of: build/bench/machine_limits.
 //
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
 // eigen_* use Eigen's own OpenMP threading (Eigen::setNbThreads), the usual way to run it.
 // Benchmarks are registered shape by shape, Ember next to Eigen, so both see the same machine.
 #include <benchmark/benchmark.h>
 #include <dnnl.h>
-#include <immintrin.h>
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -312,32 +310,6 @@ void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// 12 independent chains of ymm FMAs per thread (two FMA pipes times a 4-cycle latency, with
-// room), nothing but registers: the f32 FMA peak of the cores.
-void fma_peak(benchmark::State& state, int threads) {
-  ember::set_num_threads(threads);
-  state.SetLabel("threads=" + std::to_string(threads));
-  constexpr int64_t kSteps = 1 << 20;
-  for (auto _ : state) {
-    ember::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        __m256 acc[12];
-        for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i + t));
-        const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-        for (int64_t s = 0; s < kSteps; ++s) {
-#pragma GCC unroll 12
-          for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-        }
-        __m256 sum = acc[0];
-        for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
-        benchmark::DoNotOptimize(sum);
-      }
-    });
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(double(threads) * double(kSteps) * 12 * 16 * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-}
-
 void register_packed() {
   struct Layer {
     int64_t in, out;
@@ -351,7 +323,6 @@ void register_packed() {
   const Layout layouts[] = {{"fwd", false, true}, {"dgrad", false, false}, {"wgrad", true, false}};
   for (int threads : {1, 2}) {
     const std::string suffix = threads == 1 ? "/1thread" : "/2threads";
-    benchmark::RegisterBenchmark(("fma_peak" + suffix).c_str(), fma_peak, threads)->UseRealTime();
     for (const Layer& l : layers)
       for (const Layout& lay : layouts) {
         // fwd: [tokens, in] x [in, out]; dgrad: [tokens, out] x [out, in]; wgrad: [out, tokens] x [tokens, in]

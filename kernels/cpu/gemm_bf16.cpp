@@ -96,17 +96,6 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                                        packed_kernel_for_this_cpu());
 }
 
-// C = beta * C, the whole product when k == 0 or alpha == 0. beta == 0 writes zeros without
-// reading C (it may hold NaN garbage).
-template <typename Out>
-void scale_output(int64_t m, int64_t n, float beta, Out* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      Out& v = c[i * ldc + j];
-      v = Out(beta == 0.0f ? 0.0f : beta * float(v));
-    }
-}
-
 // ---- native path
 
 // Caps OpenMP at one thread on this thread for the lifetime of the guard (oneDNN sizes its
@@ -346,7 +335,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                int64_t lda, const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
-    scale_output(m, n, beta, c, ldc);
+    scale_by_beta(m, n, beta, c, ldc);
     return;
   }
   switch (bf16_gemm_path()) {

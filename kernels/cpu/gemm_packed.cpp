@@ -15,7 +15,7 @@
 //
 // Measured with bench_matmul's packed/ rows (GFLOP/s, median of 6 runs over two sessions at 1
 // thread, of 3 at 2 threads; beta = 0, bf16 rows with bf16 C) on an AMD EPYC Zen 3 VM, 2 cores,
-// AVX2 + FMA, no AVX-512, oneDNN 2.6.3. The f32 FMA peak (fma_peak: 12 register chains) is
+// AVX2 + FMA, no AVX-512, oneDNN 2.6.3. The f32 FMA peak (build/bench/machine_limits) is
 // 101 GFLOP/s on one core and 197 on two; the AVX2 micro-kernel alone, with its panels in L1,
 // reaches 96 (kc = 256). 2048 tokens; fwd X W^T, dgrad dY W, wgrad dY^T X:
 //
@@ -48,9 +48,10 @@
 // few percent of noise here) on most shapes, 2x faster on the small weight gradients (where
 // oneDNN's transposed-A path drops to 40%), 5% slower on the MLM decoder's forward product.
 // packed bf16 stays within a few percent of packed f32 (its packing widens as it goes, and
-// the A operand is half the bytes), 1.05-1.2x the widened path on the bert-base shapes and
-// 1.5-2.4x on the weight gradients and the decoder, where widening allocates and converts
-// whole operands (250 MB of f32 per decoder product).
+// the A operand is half the bytes), 1.05-1.2x the widened path as it was (whole operands converted to f32 for oneDNN's
+// sgemm; the "widened bf16" column) on the bert-base shapes and 1.5-2.4x on the weight
+// gradients and the decoder, where that allocated 250 MB of f32 per decoder product. The
+// widened bf16 path now runs on this GEMM (gemm_bf16.cpp).
 #include "kernels/cpu/gemm_packed.h"
 
 #include <immintrin.h>
@@ -310,18 +311,6 @@ void write_tile(const float* t, int64_t ldt, int rows, int cols, TC* c, int64_t 
   }
 }
 
-// C = beta * C: all that is left when k == 0 or alpha == 0. beta == 0 writes zeros without
-// reading C.
-template <class TC>
-void scale_c(int64_t m, int64_t n, float beta, TC* c, int64_t ldc) {
-  if (beta == 1.0f) return;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      TC& v = c[i * ldc + j];
-      v = TC(beta == 0.0f ? 0.0f : beta * widen(v));
-    }
-}
-
 template <class TA, class TB, class TC>
 void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
                   int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, const KernelSpec& ks) {
@@ -433,7 +422,7 @@ void packed_gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
   EMBER_CHECK(packed_kernel_available(kernel), "packed_gemm: this CPU at capability ",
               cpu_capability_name(cpu_capability()), " cannot run the ", packed_kernel_name(kernel), " kernel");
   if (k <= 0 || alpha == 0.0f) {
-    scale_c(m, n, beta, c, ldc);
+    scale_by_beta(m, n, beta, c, ldc);
     return;
   }
   blocked_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, kernel_spec(kernel));

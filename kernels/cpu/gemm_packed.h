@@ -67,6 +67,18 @@ EMBER_PACKED_GEMM_DECLARE(BFloat16, BFloat16, BFloat16)
 EMBER_PACKED_GEMM_DECLARE(BFloat16, BFloat16, float)
 #undef EMBER_PACKED_GEMM_DECLARE
 
+// C = beta * C (m x n, row stride ldc): all of a product whose k is 0 or alpha 0. beta == 0
+// writes zeros without reading C (it may hold NaN garbage).
+template <class TC>
+void scale_by_beta(int64_t m, int64_t n, float beta, TC* c, int64_t ldc) {
+  if (beta == 1.0f) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      TC& v = c[i * ldc + j];
+      v = TC(beta == 0.0f ? 0.0f : beta * float(v));
+    }
+}
+
 // ---- the micro-kernels (gemm_packed_avx2.cpp, gemm_packed_avx512.cpp), for gemm_packed.cpp
 //
 // A register tile of kRows x kCols entries of C:
