@@ -160,10 +160,25 @@ void Accelerator::prepare_model(const std::shared_ptr<nn::Module>& model) {
     sharded = FullyShardedDataParallel::create(model, state_->process_group(), *options_.fsdp);
   } else if (num_processes() > 1) {
     wrapper = std::make_shared<DistributedDataParallel>(model, state_->process_group(), options_.ddp);
+    sync_buffers_before_forward(*model, wrapper);
   }
   models_.push_back(model);
   ddps_.push_back(std::move(wrapper));
   fsdps_.push_back(std::move(sharded));
+}
+
+// The user calls the model's own forward, not the wrapper's, so DDP's buffer broadcast rides on
+// a pre hook. As torch's DDP, it runs only in a training forward that records gradients and
+// will synchronise them: not under no_grad (an evaluation on rank 0 alone must not wait for
+// the others) and not inside no_sync()/accumulate() micro-steps.
+void Accelerator::sync_buffers_before_forward(nn::Module& model, const std::shared_ptr<DistributedDataParallel>& ddp) {
+  if (!options_.ddp.broadcast_buffers || model.named_buffers().empty()) return;
+  std::weak_ptr<DistributedDataParallel> weak = ddp;
+  model.register_forward_pre_hook([weak](nn::Module& m) {
+    auto wrapper = weak.lock();
+    if (wrapper && m.is_training() && GradMode::is_enabled() && wrapper->require_backward_grad_sync())
+      wrapper->sync_buffers();
+  });
 }
 
 std::shared_ptr<AcceleratedOptimizer> Accelerator::prepare_optimizer(std::shared_ptr<optim::Optimizer> opt) {

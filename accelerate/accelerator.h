@@ -284,6 +284,7 @@ class Accelerator {
   }
 
   void prepare_model(const std::shared_ptr<nn::Module>& model);
+  void sync_buffers_before_forward(nn::Module& model, const std::shared_ptr<DistributedDataParallel>& ddp);
   // Under fsdp: replaces each sharded model's parameters in the optimizer's groups by their shards.
   void shard_parameter_groups(optim::Optimizer& opt) const;
   std::shared_ptr<AcceleratedOptimizer> prepare_optimizer(std::shared_ptr<optim::Optimizer> opt);

@@ -17,11 +17,11 @@ shift || true
 
 # -max_len per target: big enough for a real file of that kind, small enough to stay fast.
 declare -A MAX_LEN=([safetensors]=65536 [config_json]=8192 [yaml_config]=4096 [tokenizer]=4096
-                    [tsv_dataset]=8192 [text_dataset]=8192 [metrics_jsonl]=8192)
+                    [tsv_dataset]=8192 [text_dataset]=8192 [metrics_jsonl]=8192 [idx]=4096)
 if (($# > 0)); then
   targets=("$@")
 else
-  targets=(safetensors config_json yaml_config tokenizer tsv_dataset text_dataset metrics_jsonl)
+  targets=(safetensors config_json yaml_config tokenizer tsv_dataset text_dataset metrics_jsonl idx)
 fi
 for t in "${targets[@]}"; do
   [[ -n "${MAX_LEN[$t]:-}" ]] || { echo "fuzz.sh: unknown target '$t' (known: ${!MAX_LEN[*]})" >&2; exit 2; }

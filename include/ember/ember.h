@@ -43,6 +43,8 @@
 #include "data/collate.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
+#include "data/idx_file.h"
+#include "data/image_datasets.h"
 #include "data/mlm_collator.h"
 #include "data/sampler.h"
 #include "data/text_datasets.h"

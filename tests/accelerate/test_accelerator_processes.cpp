@@ -119,6 +119,11 @@ TEST_F(AcceleratorProcesses, ACollectiveOnTheMainProcessOnlyFailsAtOnceNamingBot
   EXPECT_NE(outcomes[0].output.find("rank 1 in barrier #"), std::string::npos) << outcomes[0].output;
 }
 
+TEST_F(AcceleratorProcesses, BuffersFollowRankZeroBeforeEachSynchronisedTrainingForward) {
+  expect_all(run(2, {"buffers", "on"}), "buffers ok");
+  expect_all(run(2, {"buffers", "off"}), "buffers ok");
+}
+
 TEST_F(AcceleratorProcesses, GatherForMetricsSeesEveryValidationSampleOnce) {
   // 11 samples, batch 2 per process: the last round is padded by wrapping around.
   expect_all(run(2, {"metrics", "11", "2", "0"}), "metrics ok");

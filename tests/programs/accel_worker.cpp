@@ -768,6 +768,61 @@ int run_main_only_gather() {
   return failed ? 1 : 0;
 }
 
+// A linear layer with a buffer, as a batch-norm layer keeps running statistics.
+class LinearWithStat : public nn::Module {
+ public:
+  LinearWithStat() : Module("LinearWithStat"), lin(std::make_shared<nn::Linear>(kIn, kOut)) {
+    add_child("lin", lin);
+    register_buffer("stat", zeros({3}));
+  }
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(lin->forward(x));
+  }
+  std::shared_ptr<nn::Linear> lin;
+};
+
+// The Accelerator applies DDP's broadcast_buffers: rank 0's buffers reach every rank before a
+// training forward, and only then (not under no_grad, in eval mode or inside no_sync).
+int run_buffers(bool broadcast) {
+  AcceleratorOptions options;
+  options.ddp.broadcast_buffers = broadcast;
+  Accelerator acc(options);
+  const int rank = acc.process_index();
+  auto model = std::make_shared<LinearWithStat>();
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  auto [m, o] = acc.prepare(model, opt);
+  Tensor stat = model->named_buffers()[0].second;
+  auto set_mine = [&] { stat.fill_(double(rank + 1)); };
+  auto stat_is = [&](double v) { return stat.to_vector<float>()[0] == float(v); };
+  Tensor x = uniform_tensor(3, {4, kIn});
+
+  set_mine();
+  if (rank == 1) {  // one rank evaluating alone must not start a collective
+    NoGradGuard no_grad;
+    m->forward(x);
+  }
+  acc.wait_for_everyone();
+  expect(stat_is(rank + 1), "a no_grad forward leaves the buffers alone");
+  m->eval();
+  m->forward(x);
+  expect(stat_is(rank + 1), "an eval-mode forward leaves the buffers alone");
+  m->train();
+  {
+    auto local = acc.no_sync(m);
+    m->forward(x).sum().backward();
+  }
+  expect(stat_is(rank + 1), "a forward inside no_sync leaves the buffers alone");
+  acc.backward(m->forward(x).sum());
+  o->step();
+  expect(stat_is(broadcast ? 1 : rank + 1), broadcast ? "a training forward copies rank 0's buffers"
+                                                     : "broadcast_buffers off keeps each rank's buffers");
+  std::printf("rank %d buffers: stat %.1f after the training forward\n", rank, stat.to_vector<float>()[0]);
+  acc.wait_for_everyone();
+  if (!failed) std::printf("buffers ok\n");
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -785,6 +840,7 @@ int main(int argc, char** argv) {
       return run_fsdp(argv[2], arg(3), arg(4), argv[5], argc == 7);
     if (mode == "structures" && argc == 3) return run_structures(argv[2]);
     if (mode == "main_only_gather" && argc == 2) return run_main_only_gather();
+    if (mode == "buffers" && argc == 3) return run_buffers(std::string(argv[2]) == "on");
     std::fprintf(stderr, "usage: accel_worker ddp|accum <steps> <batch> | metrics <n> <batch> <split> | "
                          "train <project> <out> <total> <stop_at> <resume> | amp | structures <dir>\n");
     return 2;
