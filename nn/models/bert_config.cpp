@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "nn/io/json_config.h"
+#include "nn/models/config_labels.h"
 
 namespace ember::nn {
 
@@ -106,11 +107,7 @@ BertConfig from_config(const JsonConfig& j) {
   c.layer_norm_eps = j.get<double>("layer_norm_eps", c.layer_norm_eps);
   c.pad_token_id = j.get<int64_t>("pad_token_id", c.pad_token_id);
   c.classifier_dropout = j.get_optional<double>("classifier_dropout");
-  if (j.contains("id2label")) {
-    c.num_labels = int64_t(j.get<std::map<std::string, std::string>>("id2label").size());
-  } else {
-    c.num_labels = j.get<int64_t>("num_labels", c.num_labels);
-  }
+  c.num_labels = read_num_labels(j, c.num_labels);
   c.architectures = j.get<std::vector<std::string>>("architectures", {});
   const std::string pet = j.get<std::string>("position_embedding_type", "absolute");
   EMBER_CHECK(pet == "absolute", j.source(), ": position_embedding_type '", pet, "' is not supported (absolute only)");
@@ -151,14 +148,7 @@ std::string BertConfig::to_json_string() const {
   } else {
     j.set_null("classifier_dropout");
   }
-  std::map<std::string, std::string> id2label;
-  std::map<std::string, int64_t> label2id;
-  for (int64_t i = 0; i < num_labels; ++i) {
-    id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
-    label2id["LABEL_" + std::to_string(i)] = i;
-  }
-  j.set("id2label", id2label);
-  j.set("label2id", label2id);
+  write_default_labels(j, num_labels);
   if (!architectures.empty()) j.set("architectures", architectures);
   return j.dump();
 }
