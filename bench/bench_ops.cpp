@@ -5,11 +5,16 @@
 //   BM_Softmax              softmax over the last dim of [64, 128, 128]     read x, write y
 //   BM_LayerNormFwdBwd      layer_norm over 256 of [2048, 256], with weight and bias, forward
 //                           then backward    read x, write y; read dy (and x), write dx
+//   BM_BatchNormFwdBwd      batch_norm in training of [128, 64, 14, 14], with weight, bias and
+//                           running statistics, forward then backward    as layer norm
+//   BM_GroupNormFwdBwd      group_norm, 32 groups, of [16, 256, 256], forward then backward
+//   BM_RmsNormFwdBwd        rms_norm over 1024 of [2048, 1024], with weight, forward then backward
 //   BM_Gelu                 exact gelu over 4M elements                     read x, write y
 //   BM_BroadcastAdd         [2048, 1024] + [1024]                           read both, write y
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <vector>
 
 #include "bench/progress_reporter.h"
 #include "ember/ember.h"
@@ -58,6 +63,45 @@ void BM_LayerNormFwdBwd(benchmark::State& state) {
   count_bytes(state, 5.0 * double(x.numel()) * kF32);
 }
 
+// Times forward then backward of `forward` at x, with fresh gradients each time; counts the
+// bytes of layer norm's (read x, write y; read dy and x, write dx).
+template <typename Forward>
+void run_norm_fwd_bwd(benchmark::State& state, ember::Tensor x, const std::vector<ember::Tensor>& params,
+                      const Forward& forward) {
+  x.requires_grad_();
+  const ember::Tensor dy = ember::randn(x.shape());
+  for (auto _ : state) {
+    forward(x).backward(dy);
+    benchmark::DoNotOptimize(x.grad().raw_data());
+    x.set_grad(ember::Tensor());
+    for (ember::Tensor p : params) p.set_grad(ember::Tensor());
+  }
+  count_bytes(state, 5.0 * double(x.numel()) * kF32);
+}
+
+void BM_BatchNormFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor w = ember::ones({64}).requires_grad_(), b = ember::zeros({64}).requires_grad_();
+  ember::Tensor running_mean = ember::zeros({64}), running_var = ember::ones({64});
+  run_norm_fwd_bwd(state, ember::randn({128, 64, 14, 14}), {w, b}, [&](const ember::Tensor& x) {
+    return ember::batch_norm(x, running_mean, running_var, w, b, true);
+  });
+}
+
+void BM_GroupNormFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor w = ember::ones({256}).requires_grad_(), b = ember::zeros({256}).requires_grad_();
+  run_norm_fwd_bwd(state, ember::randn({16, 256, 256}), {w, b},
+                   [&](const ember::Tensor& x) { return ember::group_norm(x, 32, w, b); });
+}
+
+void BM_RmsNormFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor w = ember::ones({1024}).requires_grad_();
+  run_norm_fwd_bwd(state, ember::randn({2048, 1024}), {w},
+                   [&](const ember::Tensor& x) { return ember::rms_norm(x, {1024}, w); });
+}
+
 void BM_Gelu(benchmark::State& state) {
   use_threads(state);
   const ember::Tensor x = ember::randn({4 << 20});
@@ -86,6 +130,9 @@ void threads(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Softmax)->Apply(threads);
 BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
+BENCHMARK(BM_BatchNormFwdBwd)->Apply(threads);
+BENCHMARK(BM_GroupNormFwdBwd)->Apply(threads);
+BENCHMARK(BM_RmsNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_Gelu)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 

@@ -2,8 +2,9 @@
 // guarded device follow a per-op policy:
 //   lower precision: matmul, bmm, linear (so the attention products too) run in the autocast
 //                    dtype (bf16 on CPU by default; f16 or bf16 on CUDA);
-//   f32:             softmax, log_softmax, layer_norm, cross_entropy, mse_loss and the
-//                    reductions sum/mean/var compute in, and return, f32;
+//   f32:             softmax, log_softmax, layer_norm, batch_norm, group_norm, rms_norm,
+//                    cross_entropy, mse_loss and the reductions sum/mean/var compute in, and
+//                    return, f32;
 //   everything else runs in the dtype of its inputs (mixed inputs promote as usual).
 // Parameters stay f32: a lower-precision copy of each leaf weight is made once per autocast
 // region (cached until the region ends or the next backward) and its gradient flows back to

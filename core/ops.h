@@ -71,6 +71,19 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// input [N, C, *]; running_mean / running_var [C] or undefined. In training the batch statistics
+// normalise, and given running statistics are updated in place (as torch):
+//   running = (1 - momentum) * running + momentum * batch statistic (the variance unbiased).
+// Not in training, the running statistics normalise (they must be given).
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// input [N, C, *], normalised over each group of C / num_groups channels; weight / bias [C].
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// x / sqrt(mean(x^2 over the trailing normalized_shape) + eps) * weight; eps nullopt is the
+// machine epsilon of x's dtype (f32's for 16-bit inputs, which compute in float), as torch.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = std::nullopt);
 Tensor dropout(const Tensor& x, double p, bool training);
 // logits [N, C] or [N, C, d1...]; target class indices (i64) of shape [N] or [N, d1...].

@@ -1,12 +1,33 @@
-// Differentiable softmax, log-softmax and layer norm. Their backward passes run dedicated
+// Differentiable softmax, log-softmax, layer norm, batch norm, group norm and RMS norm. Their backward passes run dedicated
 // kernels (core/native/normalization.h) rather than chains of generic ops.
 #include "autograd/node.h"
 #include "core/autocast.h"
+#include "core/native/copy.h"
 #include "core/native/normalization.h"
 #include "core/ops.h"
 
 namespace ember {
 using autograd::Tensors;
+
+namespace {
+
+// What the backward of a normalisation with input x and optional affine weight and bias reads:
+// which gradients are wanted, and the saved tensors (undefined ones stay undefined).
+struct AffineNormSaved {
+  bool need_dx, need_dw, need_db;
+  autograd::SavedTensor x, weight, bias;
+};
+
+AffineNormSaved save_affine_norm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return {x.requires_grad(),
+          weight.defined() && weight.requires_grad(),
+          bias.defined() && bias.requires_grad(),
+          autograd::save(x),
+          autograd::save(weight),
+          autograd::save(bias)};
+}
+
+}  // namespace
 
 Tensor softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
@@ -37,18 +58,83 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
   native::LayerNormResult r = native::layer_norm(x, normalized_shape, weight, bias, eps);
   if (autograd::needs_grad({x, weight, bias})) {
-    const bool need_dx = x.requires_grad();
-    const bool need_dw = weight.defined() && weight.requires_grad();
-    const bool need_db = bias.defined() && bias.requires_grad();
-    autograd::SavedTensor xs = autograd::save(x), ws = autograd::save(weight), bs = autograd::save(bias);
+    const AffineNormSaved sv = save_affine_norm(x, weight, bias);
     Tensor mean = r.mean, rstd = r.rstd;
-    autograd::record("LayerNormBackward", {x, weight, bias}, {r.y},
-                     [=](const Tensors& g) -> Tensors {
-                       native::LayerNormGrads d = native::layer_norm_backward(
-                           g[0], xs.unpack(), normalized_shape, mean, rstd, ws.unpack(), bs.unpack(), need_dx, need_dw,
-                           need_db);
-                       return {d.dx, d.dweight, d.dbias};
-                     });
+    autograd::record("LayerNormBackward", {x, weight, bias}, {r.y}, [=](const Tensors& g) -> Tensors {
+      native::LayerNormGrads d =
+          native::layer_norm_backward(g[0], sv.x.unpack(), normalized_shape, mean, rstd, sv.weight.unpack(),
+                                      sv.bias.unpack(), sv.need_dx, sv.need_dw, sv.need_db);
+      return {d.dx, d.dweight, d.dbias};
+    });
+  }
+  return r.y;
+}
+
+Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum, double eps) {
+  const Tensor x = autocast::to_f32(input_in), weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
+  native::check_batch_norm_args(x, running_mean, running_var, weight, bias, training);
+  native::BatchNormMeanInvstd st;
+  Tensor count;
+  if (training) {
+    const native::BatchNormStats sums = native::batch_norm_stats(x);
+    // an empty batch has no statistics to move the running ones towards
+    const bool update = x.numel() > 0;
+    st = native::batch_norm_gather_stats(sums, x.dtype(), update ? running_mean : Tensor(),
+                                         update ? running_var : Tensor(), momentum, eps);
+    count = sums.count;
+  } else {
+    st = native::batch_norm_fixed_stats(running_mean, running_var, x.dtype(), eps);
+    st.mean = native::clone(st.mean);  // the running mean may change in place before backward
+  }
+  Tensor y = native::batch_norm_elemt(x, st.mean, st.invstd, weight, bias);
+  if (autograd::needs_grad({x, weight, bias})) {
+    const AffineNormSaved sv = save_affine_norm(x, weight, bias);
+    Tensor mean = st.mean, invstd = st.invstd;
+    autograd::record("BatchNormBackward", {x, weight, bias}, {y}, [=](const Tensors& g) -> Tensors {
+      const Tensor xv = sv.x.unpack(), wv = sv.weight.unpack();
+      native::BatchNormReduced r;
+      if (training || sv.need_dw || sv.need_db)
+        r = native::batch_norm_backward_reduce(g[0], xv, mean, invstd, wv, sv.bias.unpack(), sv.need_dw, sv.need_db);
+      Tensor dx;
+      if (sv.need_dx)
+        dx = training ? native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, r.sum_dy, r.sum_dy_xmu, count)
+                      : native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, Tensor(), Tensor(), Tensor());
+      return {dx, r.dweight, r.dbias};
+    });
+  }
+  return y;
+}
+
+Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,
+                  double eps) {
+  const Tensor x = autocast::to_f32(input_in), weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
+  native::GroupNormResult r = native::group_norm(x, num_groups, weight, bias, eps);
+  if (autograd::needs_grad({x, weight, bias})) {
+    const AffineNormSaved sv = save_affine_norm(x, weight, bias);
+    Tensor mean = r.mean, rstd = r.rstd;
+    autograd::record("GroupNormBackward", {x, weight, bias}, {r.y}, [=](const Tensors& g) -> Tensors {
+      native::GroupNormGrads d =
+          native::group_norm_backward(g[0], sv.x.unpack(), num_groups, mean, rstd, sv.weight.unpack(),
+                                      sv.bias.unpack(), sv.need_dx, sv.need_dw, sv.need_db);
+      return {d.dx, d.dweight, d.dbias};
+    });
+  }
+  return r.y;
+}
+
+Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, std::optional<double> eps) {
+  const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(weight_in);
+  native::RmsNormResult r =
+      native::rms_norm(x, normalized_shape, weight, eps ? *eps : native::rms_norm_default_eps(x.dtype()));
+  if (autograd::needs_grad({x, weight})) {
+    const AffineNormSaved sv = save_affine_norm(x, weight, Tensor());
+    Tensor rstd = r.rstd;
+    autograd::record("RmsNormBackward", {x, weight}, {r.y}, [=](const Tensors& g) -> Tensors {
+      native::RmsNormGrads d = native::rms_norm_backward(g[0], sv.x.unpack(), normalized_shape, rstd,
+                                                         sv.weight.unpack(), sv.need_dx, sv.need_dw);
+      return {d.dx, d.dweight};
+    });
   }
   return r.y;
 }

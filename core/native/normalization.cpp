@@ -1,6 +1,9 @@
 #include "core/native/normalization.h"
 
+#include <limits>
+
 #include "core/native/copy.h"
+#include "core/native/elementwise.h"
 
 namespace ember::native {
 
@@ -8,6 +11,15 @@ EMBER_DEFINE_STUB(softmax_stub);
 EMBER_DEFINE_STUB(softmax_backward_stub);
 EMBER_DEFINE_STUB(layer_norm_stub);
 EMBER_DEFINE_STUB(layer_norm_backward_stub);
+EMBER_DEFINE_STUB(batch_norm_stats_stub);
+EMBER_DEFINE_STUB(batch_norm_gather_stub);
+EMBER_DEFINE_STUB(batch_norm_elemt_stub);
+EMBER_DEFINE_STUB(batch_norm_backward_reduce_stub);
+EMBER_DEFINE_STUB(batch_norm_backward_elemt_stub);
+EMBER_DEFINE_STUB(group_norm_stub);
+EMBER_DEFINE_STUB(group_norm_backward_stub);
+EMBER_DEFINE_STUB(rms_norm_stub);
+EMBER_DEFINE_STUB(rms_norm_backward_stub);
 
 namespace {
 
@@ -49,25 +61,27 @@ Tensor softmax_grad(const Tensor& grad, const Tensor& y, int64_t dim, bool log, 
 
 DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
-// Checks weight or bias against normalized_shape; returns it contiguous in `dtype` (or undefined).
-Tensor affine_param(const Tensor& p, const char* what, const Tensor& x, const Shape& normalized_shape, DType dtype) {
+// Checks weight or bias against `expected` (normalized_shape, or [C]); returns it contiguous in
+// `dtype` (or undefined).
+Tensor affine_param(const Tensor& p, const char* what, const Tensor& x, const Shape& expected, DType dtype,
+                    const char* op = "layer_norm", const char* expected_name = "normalized_shape") {
   if (!p.defined()) return p;
-  EMBER_CHECK(p.shape() == normalized_shape, "layer_norm: ", what, " of shape ", p.shape(),
-              " does not match normalized_shape ", normalized_shape, " (input of shape ", x.shape(), ")");
-  EMBER_CHECK(is_floating(p.dtype()), "layer_norm: ", what, " must be floating point, got ", dtype_name(p.dtype()));
-  EMBER_CHECK(p.device() == x.device(), "layer_norm: ", what, " is on ", p.device(), " but the input is on ",
-              x.device());
+  EMBER_CHECK(p.shape() == expected, op, ": ", what, " of shape ", p.shape(), " does not match ", expected_name, " ",
+              expected, " (input of shape ", x.shape(), ")");
+  EMBER_CHECK(is_floating(p.dtype()), op, ": ", what, " must be floating point, got ", dtype_name(p.dtype()));
+  EMBER_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device(), " but the input is on ", x.device());
   return contiguous(to_dtype(p, dtype));
 }
 
 // Rows and columns of x viewed as [rows, prod(normalized_shape)], after checking the shapes.
-std::pair<int64_t, int64_t> layer_norm_rows_cols(const Tensor& x, const Shape& normalized_shape) {
+std::pair<int64_t, int64_t> layer_norm_rows_cols(const Tensor& x, const Shape& normalized_shape,
+                                                 const char* op = "layer_norm") {
   const int64_t k = int64_t(normalized_shape.size());
-  EMBER_CHECK(k >= 1, "layer_norm: normalized_shape must have at least one dim (input of shape ", x.shape(), ")");
+  EMBER_CHECK(k >= 1, op, ": normalized_shape must have at least one dim (input of shape ", x.shape(), ")");
   bool matches = x.dim() >= k;
   for (int64_t i = 0; matches && i < k; ++i)
     matches = x.shape()[size_t(x.dim() - k + i)] == normalized_shape[size_t(i)];
-  EMBER_CHECK(matches, "layer_norm: normalized_shape ", normalized_shape,
+  EMBER_CHECK(matches, op, ": normalized_shape ", normalized_shape,
               " does not match the trailing dims of the input of shape ", x.shape());
   const int64_t cols = numel_of(normalized_shape);
   return {cols == 0 ? 0 : x.numel() / cols, cols};
@@ -122,6 +136,277 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Sh
   }
   if (out.dweight.defined()) out.dweight = to_dtype(out.dweight, weight.dtype());
   if (out.dbias.defined()) out.dbias = to_dtype(out.dbias, bias.dtype());
+  return out;
+}
+
+// ---- batch norm
+
+namespace {
+
+void check_floating_input(const Tensor& x, const char* op) {
+  EMBER_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", dtype_name(x.dtype()),
+              " of shape ", x.shape());
+}
+
+// A [C] statistics tensor (mean, invstd, sums) after checking its shape and device.
+void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, int64_t channels, const char* op) {
+  EMBER_CHECK(t.defined(), op, ": ", what, " is undefined");
+  EMBER_CHECK(t.shape() == Shape{channels}, op, ": ", what, " of shape ", t.shape(), " does not match the ",
+              channels, " channels of the input of shape ", x.shape());
+  EMBER_CHECK(t.device() == x.device(), op, ": ", what, " is on ", t.device(), " but the input is on ", x.device());
+}
+
+Tensor as_stats(const Tensor& t, DType sd) { return t.defined() ? contiguous(to_dtype(t, sd)) : t; }
+
+Tensor f64_channel_vector(int64_t channels, Device device) { return make_tensor({channels}, DType::f64, device); }
+
+}  // namespace
+
+ChannelGeometry channel_geometry(const Tensor& input, const char* op) {
+  EMBER_CHECK(input.dim() >= 2, op, ": expected an input of shape [N, C, *] (2 or more dims), got shape ",
+              input.shape());
+  ChannelGeometry g;
+  g.n = input.shape()[0];
+  g.c = input.shape()[1];
+  for (int64_t d = 2; d < input.dim(); ++d) g.s *= input.shape()[size_t(d)];
+  return g;
+}
+
+BatchNormStats batch_norm_stats(const Tensor& input) {
+  check_floating_input(input, "batch_norm_stats");
+  const ChannelGeometry g = channel_geometry(input, "batch_norm_stats");
+  BatchNormStats st{f64_channel_vector(g.c, input.device()), f64_channel_vector(g.c, input.device()),
+                    make_tensor({1}, DType::f64, input.device())};
+  fill_(st.count, double(g.n * g.s));
+  if (input.numel() == 0) {
+    fill_(st.sum, 0.0);
+    fill_(st.sumsq, 0.0);
+    return st;
+  }
+  batch_norm_stats_stub.call(input.device(), "batch_norm_stats")(st.sum, st.sumsq, contiguous(input), g);
+  return st;
+}
+
+BatchNormMeanInvstd batch_norm_gather_stats(const BatchNormStats& stats, DType x_dtype, const Tensor& running_mean,
+                                            const Tensor& running_var, double momentum, double eps) {
+  const char* op = "batch_norm_gather_stats";
+  EMBER_CHECK(stats.sum.defined() && stats.sum.dim() == 1, op, ": expected sums of shape [C]");
+  const int64_t channels = stats.sum.shape()[0];
+  const Tensor& any = stats.sum;
+  check_channel_vector(stats.sumsq, "sumsq", any, channels, op);
+  EMBER_CHECK(stats.count.defined() && stats.count.numel() == 1, op, ": count must hold one value");
+  EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
+              ": running_mean and running_var must both be given or both be undefined");
+  const DType sd = stats_dtype(x_dtype);
+  BatchNormMeanInvstd r{make_tensor({channels}, sd, any.device()), make_tensor({channels}, sd, any.device())};
+  if (channels == 0) return r;
+  // the kernel updates statistics in the stats dtype; others are updated through a copy
+  Tensor rm = as_stats(running_mean, sd), rv = as_stats(running_var, sd);
+  batch_norm_gather_stub.call(any.device(), op)(r.mean, r.invstd, rm, rv, contiguous(to_dtype(stats.sum, DType::f64)),
+                                                contiguous(to_dtype(stats.sumsq, DType::f64)),
+                                                contiguous(to_dtype(stats.count, DType::f64)), channels, momentum,
+                                                eps);
+  if (rm.defined() && !rm.is_same(running_mean)) copy_(running_mean, rm);
+  if (rv.defined() && !rv.is_same(running_var)) copy_(running_var, rv);
+  return r;
+}
+
+Tensor batch_norm_elemt(const Tensor& input, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias) {
+  const char* op = "batch_norm";
+  check_floating_input(input, op);
+  const ChannelGeometry g = channel_geometry(input, op);
+  const DType sd = stats_dtype(input.dtype());
+  check_channel_vector(mean, "mean", input, g.c, op);
+  check_channel_vector(invstd, "invstd", input, g.c, op);
+  Tensor w = affine_param(weight, "weight", input, {g.c}, sd, op, "channels");
+  Tensor b = affine_param(bias, "bias", input, {g.c}, sd, op, "channels");
+  Tensor y = make_tensor(input.shape(), input.dtype(), input.device());
+  if (y.numel() == 0) return y;
+  batch_norm_elemt_stub.call(input.device(), op)(y, contiguous(input), as_stats(mean, sd), as_stats(invstd, sd), w, b,
+                                                 g);
+  return y;
+}
+
+BatchNormReduced batch_norm_backward_reduce(const Tensor& grad_out, const Tensor& input, const Tensor& mean,
+                                            const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                            bool need_dweight, bool need_dbias) {
+  const char* op = "batch_norm_backward";
+  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", input.shape());
+  const ChannelGeometry g = channel_geometry(input, op);
+  const DType sd = stats_dtype(input.dtype());
+  check_channel_vector(mean, "mean", input, g.c, op);
+  check_channel_vector(invstd, "invstd", input, g.c, op);
+  BatchNormReduced r{f64_channel_vector(g.c, input.device()), f64_channel_vector(g.c, input.device()), {}, {}};
+  if (input.numel() == 0) {
+    fill_(r.sum_dy, 0.0);
+    fill_(r.sum_dy_xmu, 0.0);
+  } else {
+    batch_norm_backward_reduce_stub.call(input.device(), op)(r.sum_dy, r.sum_dy_xmu,
+                                                             contiguous(to_dtype(grad_out, input.dtype())),
+                                                             contiguous(input), as_stats(mean, sd), g);
+  }
+  if (need_dweight && weight.defined())
+    r.dweight = to_dtype(binary(BinaryOp::Mul, r.sum_dy_xmu, invstd), weight.dtype());
+  if (need_dbias && bias.defined()) r.dbias = to_dtype(r.sum_dy, bias.dtype());
+  return r;
+}
+
+Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean,
+                                 const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                                 const Tensor& sum_dy_xmu, const Tensor& count) {
+  const char* op = "batch_norm_backward";
+  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", input.shape());
+  EMBER_CHECK(sum_dy.defined() == sum_dy_xmu.defined(), op,
+              ": sum_dy and sum_dy_xmu must both be given or both be undefined");
+  const ChannelGeometry g = channel_geometry(input, op);
+  const DType sd = stats_dtype(input.dtype());
+  check_channel_vector(mean, "mean", input, g.c, op);
+  check_channel_vector(invstd, "invstd", input, g.c, op);
+  const bool batch_stats = sum_dy.defined();
+  if (batch_stats) {
+    check_channel_vector(sum_dy, "sum_dy", input, g.c, op);
+    check_channel_vector(sum_dy_xmu, "sum_dy_xmu", input, g.c, op);
+    EMBER_CHECK(count.defined() && count.numel() == 1, op, ": count must hold one value");
+  }
+  Tensor w = affine_param(weight, "weight", input, {g.c}, sd, op, "channels");
+  Tensor dx = make_tensor(input.shape(), input.dtype(), input.device());
+  if (dx.numel() == 0) return dx;
+  auto f64 = [](const Tensor& t) { return t.defined() ? contiguous(to_dtype(t, DType::f64)) : t; };
+  batch_norm_backward_elemt_stub.call(input.device(), op)(
+      dx, contiguous(to_dtype(grad_out, input.dtype())), contiguous(input), as_stats(mean, sd), as_stats(invstd, sd),
+      w, f64(sum_dy), f64(sum_dy_xmu), batch_stats ? f64(count) : Tensor(), g);
+  return dx;
+}
+
+void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training) {
+  const char* op = "batch_norm";
+  check_floating_input(input, op);
+  const ChannelGeometry g = channel_geometry(input, op);
+  const auto check = [&](const Tensor& t, const char* what) {
+    if (!t.defined()) return;
+    EMBER_CHECK(t.shape() == Shape{g.c}, op, ": ", what, " of shape ", t.shape(), " does not match the ", g.c,
+                " channels of the input of shape ", input.shape());
+    EMBER_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating point, got ", dtype_name(t.dtype()));
+    EMBER_CHECK(t.device() == input.device(), op, ": ", what, " is on ", t.device(), " but the input is on ",
+                input.device());
+  };
+  check(running_mean, "running_mean");
+  check(running_var, "running_var");
+  check(weight, "weight");
+  check(bias, "bias");
+  EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
+              ": running_mean and running_var must both be given or both be undefined");
+  EMBER_CHECK(training || running_mean.defined(), op,
+              ": running_mean and running_var must be given when not training (input of shape ", input.shape(), ")");
+  EMBER_CHECK(!training || g.n * g.s != 1, op, ": expected more than 1 value per channel when training, got input of "
+              "shape ", input.shape());
+}
+
+BatchNormMeanInvstd batch_norm_fixed_stats(const Tensor& running_mean, const Tensor& running_var, DType x_dtype,
+                                           double eps) {
+  const DType sd = stats_dtype(x_dtype);
+  return {as_stats(running_mean, sd),
+          to_dtype(unary(UnaryOp::Rsqrt, binary(BinaryOp::Add, to_dtype(running_var, sd), eps)), sd)};
+}
+
+// ---- group norm
+
+namespace {
+
+ChannelGeometry group_norm_geometry(const Tensor& x, int64_t num_groups, const char* op) {
+  check_floating_input(x, op);
+  const ChannelGeometry g = channel_geometry(x, op);
+  EMBER_CHECK(num_groups > 0, op, ": num_groups must be positive, got ", num_groups);
+  EMBER_CHECK(g.c % num_groups == 0, op, ": num_groups ", num_groups, " does not divide the ", g.c,
+              " channels of the input of shape ", x.shape());
+  return g;
+}
+
+}  // namespace
+
+GroupNormResult group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                           double eps) {
+  const char* op = "group_norm";
+  const ChannelGeometry g = group_norm_geometry(input, num_groups, op);
+  EMBER_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  const DType sd = stats_dtype(input.dtype());
+  Tensor w = affine_param(weight, "weight", input, {g.c}, sd, op, "channels");
+  Tensor b = affine_param(bias, "bias", input, {g.c}, sd, op, "channels");
+  GroupNormResult r{make_tensor(input.shape(), input.dtype(), input.device()),
+                    make_tensor({g.n * num_groups}, sd, input.device()),
+                    make_tensor({g.n * num_groups}, sd, input.device())};
+  if (input.numel() == 0) return r;
+  group_norm_stub.call(input.device(), op)(r.y, r.mean, r.rstd, contiguous(input), w, b, g, num_groups, eps);
+  return r;
+}
+
+GroupNormGrads group_norm_backward(const Tensor& grad_out, const Tensor& input, int64_t num_groups,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& weight, const Tensor& bias,
+                                   bool need_dx, bool need_dweight, bool need_dbias) {
+  const char* op = "group_norm_backward";
+  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", input.shape());
+  const ChannelGeometry g = group_norm_geometry(input, num_groups, op);
+  const DType sd = stats_dtype(input.dtype());
+  Tensor w = affine_param(weight, "weight", input, {g.c}, sd, op, "channels");
+  GroupNormGrads out;
+  if (need_dx) out.dx = make_tensor(input.shape(), input.dtype(), input.device());
+  if (need_dweight && weight.defined()) out.dweight = make_tensor({g.c}, sd, input.device());
+  if (need_dbias && bias.defined()) out.dbias = make_tensor({g.c}, sd, input.device());
+  if (input.numel() == 0) {
+    if (out.dweight.defined()) fill_(out.dweight, 0.0);
+    if (out.dbias.defined()) fill_(out.dbias, 0.0);
+  } else if (out.dx.defined() || out.dweight.defined() || out.dbias.defined()) {
+    group_norm_backward_stub.call(input.device(), op)(out.dx, out.dweight, out.dbias,
+                                                      contiguous(to_dtype(grad_out, input.dtype())),
+                                                      contiguous(input), mean, rstd, w, g, num_groups);
+  }
+  if (out.dweight.defined()) out.dweight = to_dtype(out.dweight, weight.dtype());
+  if (out.dbias.defined()) out.dbias = to_dtype(out.dbias, bias.dtype());
+  return out;
+}
+
+// ---- RMS norm
+
+double rms_norm_default_eps(DType x_dtype) {
+  return x_dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : double(std::numeric_limits<float>::epsilon());
+}
+
+RmsNormResult rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  const char* op = "rms_norm";
+  check_floating_input(x, op);
+  EMBER_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  const auto [rows, cols] = layer_norm_rows_cols(x, normalized_shape, op);
+  const DType sd = stats_dtype(x.dtype());
+  Tensor w = affine_param(weight, "weight", x, normalized_shape, sd, op);
+  RmsNormResult r{make_tensor(x.shape(), x.dtype(), x.device()), make_tensor({rows}, sd, x.device())};
+  if (x.numel() == 0) return r;
+  rms_norm_stub.call(x.device(), op)(r.y, r.rstd, contiguous(x), w, rows, cols, eps);
+  return r;
+}
+
+RmsNormGrads rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Shape& normalized_shape,
+                               const Tensor& rstd, const Tensor& weight, bool need_dx, bool need_dweight) {
+  const char* op = "rms_norm_backward";
+  EMBER_CHECK(grad_out.shape() == x.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", x.shape());
+  const auto [rows, cols] = layer_norm_rows_cols(x, normalized_shape, op);
+  const DType sd = stats_dtype(x.dtype());
+  Tensor w = affine_param(weight, "weight", x, normalized_shape, sd, op);
+  RmsNormGrads out;
+  if (need_dx) out.dx = make_tensor(x.shape(), x.dtype(), x.device());
+  if (need_dweight && weight.defined()) out.dweight = make_tensor(normalized_shape, sd, x.device());
+  if (rows == 0 || cols == 0) {
+    if (out.dweight.defined()) fill_(out.dweight, 0.0);
+  } else if (out.dx.defined() || out.dweight.defined()) {
+    rms_norm_backward_stub.call(x.device(), op)(out.dx, out.dweight, contiguous(to_dtype(grad_out, x.dtype())),
+                                                contiguous(x), rstd, w, rows, cols);
+  }
+  if (out.dweight.defined()) out.dweight = to_dtype(out.dweight, weight.dtype());
   return out;
 }
 

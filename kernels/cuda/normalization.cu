@@ -209,18 +209,6 @@ struct LayerNormParamGradValues {
 
 // ---- host side
 
-template <typename F>
-void visit_float_type(DType dt, const char* op, F&& fn) {
-  cuda::visit_device_type(dt, op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_device_float_v<T>) {
-      fn(tag);
-    } else {
-      EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(dt));
-    }
-  });
-}
-
 void softmax_cuda(const Tensor& out, const Tensor& x, const SoftmaxGeometry& g, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   cuda::DeviceGuard guard(out.device(), name);
@@ -266,13 +254,6 @@ void softmax_backward_cuda(const Tensor& grad_in, const Tensor& grad_out, const 
   });
 }
 
-template <typename A> const A* optional_ptr(const Tensor& t) {
-  return t.defined() ? static_cast<const A*>(t.raw_data()) : nullptr;
-}
-template <typename A> A* optional_mut_ptr(const Tensor& t) {
-  return t.defined() ? static_cast<A*>(t.raw_data()) : nullptr;
-}
-
 void layer_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                      const Tensor& bias, int64_t rows, int64_t cols, double eps) {
   cuda::DeviceGuard guard(y.device(), "layer_norm");
@@ -285,8 +266,8 @@ void layer_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
     A* pm = static_cast<A*>(mean.raw_data());
     A* pr = static_cast<A*>(rstd.raw_data());
     const T* px = static_cast<const T*>(x.raw_data());
-    const A* pw = optional_ptr<A>(weight);
-    const A* pb = optional_ptr<A>(bias);
+    const A* pw = data_or_null<const A>(weight);
+    const A* pb = data_or_null<const A>(bias);
     launch_rows(rows, cols, [&](auto block, unsigned grid, int threads) {
       layer_norm_rows_kernel<T, decltype(block)::value>
           <<<grid, threads, 0, stream>>>(py, pm, pr, px, pw, pb, rows, cols, A(eps));
@@ -307,11 +288,11 @@ void layer_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Ten
     using A = cuda::device_acc_t<T>;
     const T* pg = static_cast<const T*>(grad.raw_data());
     const T* px = static_cast<const T*>(x.raw_data());
-    const A* pm = optional_ptr<A>(mean);
-    const A* pr = optional_ptr<A>(rstd);
+    const A* pm = data_or_null<const A>(mean);
+    const A* pr = data_or_null<const A>(rstd);
     if (dx.defined() && rows > 0) {
       T* pdx = static_cast<T*>(dx.raw_data());
-      const A* pw = optional_ptr<A>(weight);
+      const A* pw = data_or_null<const A>(weight);
       launch_rows(rows, cols, [&](auto block, unsigned grid, int threads) {
         layer_norm_dx_rows_kernel<T, decltype(block)::value>
             <<<grid, threads, 0, stream>>>(pdx, pg, px, pm, pr, pw, rows, cols);
@@ -319,7 +300,7 @@ void layer_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Ten
     }
     if (dweight.defined() || dbias.defined()) {
       const LayerNormParamGradValues<T> values{pg, px, pm, pr, dweight.defined(), cols};
-      column_sums<2, A>({{optional_mut_ptr<A>(dweight), optional_mut_ptr<A>(dbias)}}, rows, cols, values,
+      column_sums<2, A>({{data_or_null<A>(dweight), data_or_null<A>(dbias)}}, rows, cols, values,
                         any.device(), stream);
     }
   });

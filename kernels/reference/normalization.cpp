@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace ember::reference {
 namespace {
@@ -146,6 +148,187 @@ LayerNormGrads layer_norm_backward(const RefTensor& g, const RefTensor& x, int64
     mean_gw_xhat /= double(n);
     for (int64_t i = 0; i < n; ++i)
       out.dx.data[size_t(r * n + i)] = rstd * (gw[size_t(i)] - mean_gw - xhat[size_t(i)] * mean_gw_xhat);
+  }
+  return out;
+}
+
+// ---- batch norm and group norm: normalisation over sets of elements, an affine map per channel
+
+namespace {
+
+// x [N, C, *]: the channel of flat index i is (i / spatial) % C.
+struct ChannelLayout {
+  int64_t n, c, s;
+  explicit ChannelLayout(const RefTensor& x) : n(x.shape[0]), c(x.shape[1]), s(1) {
+    for (size_t d = 2; d < x.shape.size(); ++d) s *= x.shape[d];
+  }
+  int64_t channel(int64_t i) const { return (i / s) % c; }
+};
+
+// Mean and biased variance of each set, sets given by set_of(flat index).
+template <typename SetOf>
+std::pair<std::vector<double>, std::vector<double>> set_moments(const RefTensor& x, int64_t sets,
+                                                                const SetOf& set_of) {
+  std::vector<double> mean(size_t(sets), 0.0), var(size_t(sets), 0.0), count(size_t(sets), 0.0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    mean[size_t(set_of(i))] += x.data[size_t(i)];
+    count[size_t(set_of(i))] += 1;
+  }
+  for (int64_t k = 0; k < sets; ++k) mean[size_t(k)] /= count[size_t(k)];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double d = x.data[size_t(i)] - mean[size_t(set_of(i))];
+    var[size_t(set_of(i))] += d * d;
+  }
+  for (int64_t k = 0; k < sets; ++k) var[size_t(k)] /= count[size_t(k)];
+  return {mean, var};
+}
+
+// y = (x - mean[set]) / sqrt(var[set] + eps) * weight[channel] + bias[channel].
+template <typename SetOf>
+RefTensor normalize_sets(const RefTensor& x, const std::vector<double>& mean, const std::vector<double>& var,
+                         const SetOf& set_of, const RefTensor* weight, const RefTensor* bias, double eps) {
+  const ChannelLayout lay(x);
+  RefTensor y(x.shape);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const size_t k = size_t(set_of(i)), c = size_t(lay.channel(i));
+    double v = (x.data[size_t(i)] - mean[k]) / std::sqrt(var[k] + eps);
+    if (weight) v *= weight->data[c];
+    if (bias) v += bias->data[c];
+    y.data[size_t(i)] = v;
+  }
+  return y;
+}
+
+// Gradients of normalize_sets. batch_stats: mean and var are the sets' own moments (so they
+// depend on x); otherwise they are constants.
+template <typename SetOf>
+LayerNormGrads normalize_sets_backward(const RefTensor& g, const RefTensor& x, const std::vector<double>& mean,
+                                       const std::vector<double>& var, int64_t sets, const SetOf& set_of,
+                                       const RefTensor* weight, double eps, bool batch_stats) {
+  const ChannelLayout lay(x);
+  LayerNormGrads out{RefTensor(x.shape), RefTensor({lay.c}), RefTensor({lay.c})};
+  std::vector<double> mean_gw(size_t(sets), 0.0), mean_gw_xhat(size_t(sets), 0.0), count(size_t(sets), 0.0);
+  auto xhat = [&](int64_t i) {
+    const size_t k = size_t(set_of(i));
+    return (x.data[size_t(i)] - mean[k]) / std::sqrt(var[k] + eps);
+  };
+  auto gw = [&](int64_t i) { return g.data[size_t(i)] * (weight ? weight->data[size_t(lay.channel(i))] : 1.0); };
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const size_t k = size_t(set_of(i)), c = size_t(lay.channel(i));
+    mean_gw[k] += gw(i);
+    mean_gw_xhat[k] += gw(i) * xhat(i);
+    count[k] += 1;
+    out.dweight.data[c] += g.data[size_t(i)] * xhat(i);
+    out.dbias.data[c] += g.data[size_t(i)];
+  }
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const size_t k = size_t(set_of(i));
+    const double rstd = 1.0 / std::sqrt(var[k] + eps);
+    out.dx.data[size_t(i)] = batch_stats
+                                 ? rstd * (gw(i) - mean_gw[k] / count[k] - xhat(i) * mean_gw_xhat[k] / count[k])
+                                 : rstd * gw(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+BatchNormResult batch_norm(const RefTensor& x, const RefTensor* running_mean, const RefTensor* running_var,
+                           const RefTensor* weight, const RefTensor* bias, bool training, double momentum,
+                           double eps) {
+  const ChannelLayout lay(x);
+  const auto set_of = [&](int64_t i) { return lay.channel(i); };
+  BatchNormResult r;
+  if (running_mean) r.running_mean = *running_mean;
+  if (running_var) r.running_var = *running_var;
+  if (!training) {
+    r.y = normalize_sets(x, running_mean->data, running_var->data, set_of, weight, bias, eps);
+    return r;
+  }
+  const auto [mean, var] = set_moments(x, lay.c, set_of);
+  r.y = normalize_sets(x, mean, var, set_of, weight, bias, eps);
+  const double n = double(lay.n * lay.s);
+  for (int64_t c = 0; c < lay.c && running_mean; ++c) {
+    double& rm = r.running_mean.data[size_t(c)];
+    double& rv = r.running_var.data[size_t(c)];
+    rm = (1 - momentum) * rm + momentum * mean[size_t(c)];
+    rv = (1 - momentum) * rv + momentum * var[size_t(c)] * n / (n - 1);
+  }
+  return r;
+}
+
+LayerNormGrads batch_norm_backward(const RefTensor& g, const RefTensor& x, const RefTensor* running_mean,
+                                   const RefTensor* running_var, const RefTensor* weight, bool training, double eps) {
+  const ChannelLayout lay(x);
+  const auto set_of = [&](int64_t i) { return lay.channel(i); };
+  if (!training)
+    return normalize_sets_backward(g, x, running_mean->data, running_var->data, lay.c, set_of, weight, eps, false);
+  const auto [mean, var] = set_moments(x, lay.c, set_of);
+  return normalize_sets_backward(g, x, mean, var, lay.c, set_of, weight, eps, true);
+}
+
+RefTensor group_norm(const RefTensor& x, int64_t num_groups, const RefTensor* weight, const RefTensor* bias,
+                     double eps) {
+  const ChannelLayout lay(x);
+  const int64_t cg = lay.c / num_groups;
+  const auto set_of = [&](int64_t i) { return (i / (lay.s * lay.c)) * num_groups + lay.channel(i) / cg; };
+  const auto [mean, var] = set_moments(x, lay.n * num_groups, set_of);
+  return normalize_sets(x, mean, var, set_of, weight, bias, eps);
+}
+
+LayerNormGrads group_norm_backward(const RefTensor& g, const RefTensor& x, int64_t num_groups,
+                                   const RefTensor* weight, double eps) {
+  const ChannelLayout lay(x);
+  const int64_t cg = lay.c / num_groups;
+  const auto set_of = [&](int64_t i) { return (i / (lay.s * lay.c)) * num_groups + lay.channel(i) / cg; };
+  const auto [mean, var] = set_moments(x, lay.n * num_groups, set_of);
+  return normalize_sets_backward(g, x, mean, var, lay.n * num_groups, set_of, weight, eps, true);
+}
+
+// ---- RMS norm
+
+namespace {
+double row_rms_rstd(const double* xr, int64_t n, double eps) {
+  double ms = 0;
+  for (int64_t i = 0; i < n; ++i) ms += xr[i] * xr[i];
+  return 1.0 / std::sqrt(ms / double(n) + eps);
+}
+}  // namespace
+
+RefTensor rms_norm(const RefTensor& x, int64_t normalized_ndim, const RefTensor* weight, double eps) {
+  const int64_t n = normalized_size(x, normalized_ndim);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  RefTensor out(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data.data() + r * n;
+    const double rstd = row_rms_rstd(xr, n, eps);
+    for (int64_t i = 0; i < n; ++i)
+      out.data[size_t(r * n + i)] = xr[i] * rstd * (weight ? weight->data[size_t(i)] : 1.0);
+  }
+  return out;
+}
+
+RmsNormGrads rms_norm_backward(const RefTensor& g, const RefTensor& x, int64_t normalized_ndim,
+                               const RefTensor* weight, double eps) {
+  const int64_t n = normalized_size(x, normalized_ndim);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  const Shape wshape(x.shape.end() - normalized_ndim, x.shape.end());
+  RmsNormGrads out{RefTensor(x.shape), RefTensor(wshape)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data.data() + r * n;
+    const double* gr = g.data.data() + r * n;
+    const double rstd = row_rms_rstd(xr, n, eps);
+    // y_i = x_i rstd w_i; d rstd / d x_j = -rstd^3 x_j / n
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double w = weight ? weight->data[size_t(i)] : 1.0;
+      dot += gr[i] * w * xr[i];
+      out.dweight.data[size_t(i)] += gr[i] * xr[i] * rstd;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double w = weight ? weight->data[size_t(j)] : 1.0;
+      out.dx.data[size_t(r * n + j)] = gr[j] * w * rstd - dot * rstd * rstd * rstd * xr[j] / double(n);
+    }
   }
   return out;
 }

@@ -22,4 +22,31 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const RefTensor& g, const RefTensor& x, int64_t normalized_ndim,
                                    const RefTensor* weight, double eps);
 
+// Batch norm of x [N, C, *]. In training the batch statistics (biased variance) normalise and
+// the returned running statistics are the given ones moved towards the batch mean and the
+// unbiased variance; otherwise the running statistics normalise. Pointers may be null.
+struct BatchNormResult {
+  RefTensor y, running_mean, running_var;
+};
+BatchNormResult batch_norm(const RefTensor& x, const RefTensor* running_mean, const RefTensor* running_var,
+                           const RefTensor* weight, const RefTensor* bias, bool training, double momentum,
+                           double eps);
+// dx, dweight, dbias ([C]) of batch_norm; running statistics are read when not training.
+LayerNormGrads batch_norm_backward(const RefTensor& g, const RefTensor& x, const RefTensor* running_mean,
+                                   const RefTensor* running_var, const RefTensor* weight, bool training, double eps);
+
+// Group norm of x [N, C, *] over groups of C / num_groups channels; weight and bias [C] or null.
+RefTensor group_norm(const RefTensor& x, int64_t num_groups, const RefTensor* weight, const RefTensor* bias,
+                     double eps);
+LayerNormGrads group_norm_backward(const RefTensor& g, const RefTensor& x, int64_t num_groups,
+                                   const RefTensor* weight, double eps);
+
+// x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_ndim` dims (weight may be null).
+RefTensor rms_norm(const RefTensor& x, int64_t normalized_ndim, const RefTensor* weight, double eps);
+struct RmsNormGrads {
+  RefTensor dx, dweight;
+};
+RmsNormGrads rms_norm_backward(const RefTensor& g, const RefTensor& x, int64_t normalized_ndim,
+                               const RefTensor* weight, double eps);
+
 }  // namespace ember::reference

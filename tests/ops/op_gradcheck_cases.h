@@ -99,6 +99,11 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   c["log_softmax"] = one_input([](const Tensor& x) { return log_softmax(x, 0); }, random_leaf({2, 3}));
   c["layer_norm"] = {[](const V& in) { return V{layer_norm(in[0], {4}, in[1], in[2])}; },
                      {random_leaf({2, 4}), random_leaf({4}), random_leaf({4})}};
+  c["batch_norm"] = {[](const V& in) { return V{batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true)}; },
+                     {random_leaf({3, 2, 2}), random_leaf({2}), random_leaf({2})}};
+  c["group_norm"] = {[](const V& in) { return V{group_norm(in[0], 2, in[1], in[2])}; },
+                     {random_leaf({2, 4, 3}), random_leaf({4}), random_leaf({4})}};
+  c["rms_norm"] = {[](const V& in) { return V{rms_norm(in[0], {4}, in[1])}; }, {random_leaf({3, 4}), random_leaf({4})}};
 
   // nn_functional
   const Tensor indices = from_vector<int64_t>({1, 4, 1, 0});

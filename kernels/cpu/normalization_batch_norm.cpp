@@ -1,0 +1,216 @@
+// CPU batch norm pieces (core/native/normalization.h): per-channel sums, the statistics and
+// running-statistics update, the per-channel affine map and the backward pair.
+//
+// A contiguous [n, c, s] input is walked in one of two ways. Planes of s >= kPlaneMin elements
+// are runs of one channel: the sums split each channel into fixed chunks of planes (so a few
+// channels still fill the threads), and the maps take plane by plane. Shorter planes ([N, C]
+// inputs, small feature maps) are walked row by row ([c * s] contiguous elements), each chunk
+// of rows adding into its own column partials and the maps reading per-element coefficients.
+// Chunks have a fixed size and are added in order, so results do not depend on the thread
+// count. Sums are accumulated in double.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/native/normalization.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "kernels/cpu/normalization_lanes.h"
+#include "kernels/cpu/scratch.h"
+
+namespace ember {
+namespace {
+
+using native::ChannelGeometry;
+namespace nl = cpu::norm_lanes;
+
+constexpr int64_t kPlaneMin = 32;
+constexpr int64_t kTaskElements = 16384;  // elements per parallel task, about
+constexpr int64_t kMaxRowChunks = 64;     // bounds the column partials of the row walk
+
+// out_a[c] = sum of v, out_b[c] = sum of v * w over the n and s of channel c.
+template <typename T>
+void channel_pair_sums(double* out_a, double* out_b, const T* v, const T* w, const ChannelGeometry& g) {
+  if (g.s >= kPlaneMin) {
+    const int64_t per_chunk = std::max<int64_t>(1, kTaskElements / g.s);
+    const int64_t chunks = (g.n + per_chunk - 1) / per_chunk;
+    auto* part = cpu::thread_scratch<nl::Sums2>(0, size_t(g.c * chunks));
+    parallel_for(0, g.c * chunks, 1, [&](int64_t tb, int64_t te) {
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t c = t / chunks, k = t % chunks;
+        nl::Sums2 acc;
+        for (int64_t i = k * per_chunk; i < std::min(g.n, (k + 1) * per_chunk); ++i) {
+          const int64_t off = (i * g.c + c) * g.s;
+          const nl::Sums2 r = nl::run_pair_sums(v + off, w + off, g.s);
+          acc.a += r.a;
+          acc.b += r.b;
+        }
+        part[t] = acc;
+      }
+    });
+    for (int64_t c = 0; c < g.c; ++c) {
+      double a = 0, b = 0;
+      for (int64_t k = 0; k < chunks; ++k) a += part[c * chunks + k].a, b += part[c * chunks + k].b;
+      out_a[c] = a;
+      out_b[c] = b;
+    }
+    return;
+  }
+  const int64_t cols = g.c * g.s;
+  const int64_t wanted = std::clamp<int64_t>(g.n * cols / kTaskElements, 1, std::min(g.n, kMaxRowChunks));
+  const int64_t rows_per_chunk = (g.n + wanted - 1) / wanted;
+  const int64_t chunks = (g.n + rows_per_chunk - 1) / rows_per_chunk;
+  double* part = cpu::thread_scratch<double>(1, size_t(2 * chunks * cols));
+  parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
+    for (int64_t k = kb; k < ke; ++k) {
+      double* pa = part + 2 * k * cols;
+      double* pb = pa + cols;
+      std::fill(pa, pa + 2 * cols, 0.0);
+      for (int64_t r = k * rows_per_chunk; r < std::min(g.n, (k + 1) * rows_per_chunk); ++r)
+        nl::add_run_pairs(pa, pb, v + r * cols, w + r * cols, cols);
+    }
+  });
+  for (int64_t c = 0; c < g.c; ++c) {
+    double a = 0, b = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const double* pa = part + 2 * k * cols + c * g.s;
+      for (int64_t j = 0; j < g.s; ++j) a += pa[j], b += pa[cols + j];
+    }
+    out_a[c] = a;
+    out_b[c] = b;
+  }
+}
+
+// out = p * a[c] + q * b[c] + d[c] for every element of channel c (q may be null: b unused).
+template <typename T, typename A>
+void channel_map(T* out, const T* p, const T* q, const A* a, const A* b, const A* d, const ChannelGeometry& g) {
+  if (g.s >= kPlaneMin) {
+    const int64_t planes = g.n * g.c;
+    parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
+      for (int64_t i = pb; i < pe; ++i) {
+        const int64_t c = i % g.c, off = i * g.s;
+        if (q) nl::combine(out + off, p + off, q + off, g.s, a[c], b[c], d[c]);
+        else nl::scale_shift(out + off, p + off, g.s, a[c], d[c]);
+      }
+    });
+    return;
+  }
+  // per-element coefficients of one row
+  const int64_t cols = g.c * g.s;
+  A* coef = cpu::thread_scratch<A>(2, size_t(3 * cols));
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t j = 0; j < g.s; ++j) {
+      coef[c * g.s + j] = a[c];
+      coef[cols + c * g.s + j] = q ? b[c] : A(0);
+      coef[2 * cols + c * g.s + j] = d[c];
+    }
+  parallel_for(0, g.n, std::max<int64_t>(1, kTaskElements / cols), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const int64_t off = r * cols;
+      nl::combine_arrays(out + off, p + off, q ? q + off : p + off, cols, coef, coef + cols, coef + 2 * cols);
+    }
+  });
+}
+
+void batch_norm_stats_cpu(const Tensor& sum, const Tensor& sumsq, const Tensor& x, const ChannelGeometry& g) {
+  visit_floating(x.dtype(), "batch_norm_stats", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.data_ptr<T>();
+    channel_pair_sums(sum.data_ptr<double>(), sumsq.data_ptr<double>(), px, px, g);
+  });
+}
+
+void batch_norm_gather_cpu(const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& sum, const Tensor& sumsq, const Tensor& count,
+                           int64_t channels, double momentum, double eps) {
+  visit_floating(mean.dtype(), "batch_norm_gather_stats", [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+      const double n = count.data_ptr<double>()[0];
+      const double* s = sum.data_ptr<double>();
+      const double* ss = sumsq.data_ptr<double>();
+      A* rm = running_mean.defined() ? running_mean.data_ptr<A>() : nullptr;
+      A* rv = running_var.defined() ? running_var.data_ptr<A>() : nullptr;
+      for (int64_t c = 0; c < channels; ++c) {
+        const double m = s[c] / n;
+        const double var = std::max(0.0, ss[c] / n - m * m);
+        mean.data_ptr<A>()[c] = A(m);
+        invstd.data_ptr<A>()[c] = A(1.0 / std::sqrt(var + eps));
+        if (rm) rm[c] = A((1 - momentum) * double(rm[c]) + momentum * m);
+        if (rv) rv[c] = A((1 - momentum) * double(rv[c]) + momentum * var * n / (n - 1));
+      }
+    } else {
+      EMBER_FAIL("batch_norm_gather_stats: statistics must be f32 or f64, got ", dtype_name(mean.dtype()));
+    }
+  });
+}
+
+void batch_norm_elemt_cpu(const Tensor& y, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                          const Tensor& weight, const Tensor& bias, const ChannelGeometry& g) {
+  visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const A* m = mean.data_ptr<A>();
+    const A* is = invstd.data_ptr<A>();
+    const A* w = nl::data_or_null<A>(weight);
+    const A* b = nl::data_or_null<A>(bias);
+    // y = x * scale + shift, scale = invstd * w, shift = b - mean * scale
+    std::vector<A> scale(size_t(g.c)), shift(size_t(g.c));
+    for (int64_t c = 0; c < g.c; ++c) {
+      scale[size_t(c)] = is[c] * (w ? w[c] : A(1));
+      shift[size_t(c)] = (b ? b[c] : A(0)) - m[c] * scale[size_t(c)];
+    }
+    channel_map<T, A>(y.data_ptr<T>(), x.data_ptr<T>(), nullptr, scale.data(), nullptr, shift.data(), g);
+  });
+}
+
+void batch_norm_backward_reduce_cpu(const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& dy,
+                                    const Tensor& x, const Tensor& mean, const ChannelGeometry& g) {
+  visit_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    double* sdy = sum_dy.data_ptr<double>();
+    double* sxmu = sum_dy_xmu.data_ptr<double>();
+    channel_pair_sums(sdy, sxmu, dy.data_ptr<T>(), x.data_ptr<T>(), g);
+    // sum dy (x - mean) = sum dy x - mean sum dy (products exact in double)
+    const A* m = mean.data_ptr<A>();
+    for (int64_t c = 0; c < g.c; ++c) sxmu[c] -= double(m[c]) * sdy[c];
+  });
+}
+
+void batch_norm_backward_elemt_cpu(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                   const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                                   const Tensor& sum_dy_xmu, const Tensor& count, const ChannelGeometry& g) {
+  visit_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const A* m = mean.data_ptr<A>();
+    const A* is = invstd.data_ptr<A>();
+    const A* w = nl::data_or_null<A>(weight);
+    const double* sdy = nl::data_or_null<double>(sum_dy);
+    const double* sxmu = nl::data_or_null<double>(sum_dy_xmu);
+    const double n = count.defined() ? count.data_ptr<double>()[0] : 1.0;
+    // dx = (dy - sdy / n - (x - mean) k) a with a = invstd w, k = invstd^2 sxmu / n
+    //    = dy a + x (-k a) + (mean k - sdy / n) a
+    std::vector<A> ca(size_t(g.c)), cb(size_t(g.c)), cd(size_t(g.c));
+    for (int64_t c = 0; c < g.c; ++c) {
+      const double a = double(is[c]) * (w ? double(w[c]) : 1.0);
+      const double k = sxmu ? double(is[c]) * double(is[c]) * sxmu[c] / n : 0.0;
+      const double mdy = sdy ? sdy[c] / n : 0.0;
+      ca[size_t(c)] = A(a);
+      cb[size_t(c)] = A(-k * a);
+      cd[size_t(c)] = A((double(m[c]) * k - mdy) * a);
+    }
+    channel_map<T, A>(dx.data_ptr<T>(), dy.data_ptr<T>(), x.data_ptr<T>(), ca.data(), cb.data(), cd.data(), g);
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::batch_norm_stats_stub, CPU, &batch_norm_stats_cpu);
+EMBER_REGISTER_KERNEL(native::batch_norm_gather_stub, CPU, &batch_norm_gather_cpu);
+EMBER_REGISTER_KERNEL(native::batch_norm_elemt_stub, CPU, &batch_norm_elemt_cpu);
+EMBER_REGISTER_KERNEL(native::batch_norm_backward_reduce_stub, CPU, &batch_norm_backward_reduce_cpu);
+EMBER_REGISTER_KERNEL(native::batch_norm_backward_elemt_stub, CPU, &batch_norm_backward_elemt_cpu);
+
+}  // namespace ember

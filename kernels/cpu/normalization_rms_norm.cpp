@@ -1,0 +1,129 @@
+// CPU RMS norm over contiguous rows, forward and backward, threaded over rows.
+//
+// Forward: one pass for the row's sum of squares (double lanes), one writing x * rstd * w.
+// Backward: with xhat = x rstd, dx = rstd (dy w - xhat mean(dy w xhat)) = dy w rstd + x b, one
+// pass for sum(dy w x) and one writing dx. dweight = sum over rows of dy xhat: rows are cut
+// into fixed chunks, each adding into its own partial sums, then the chunks are added in order
+// (results independent of the thread count).
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "core/native/normalization.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "kernels/cpu/normalization_lanes.h"
+#include "kernels/cpu/scratch.h"
+
+namespace ember {
+namespace {
+
+namespace nl = cpu::norm_lanes;
+using nl::f8;
+using nl::kLanes;
+
+constexpr int64_t kTaskElements = 16384;
+constexpr int64_t kRowsPerChunk = 32;
+
+void rms_norm_cpu(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight, int64_t rows,
+                  int64_t cols, double eps) {
+  visit_floating(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* px = x.data_ptr<T>();
+    T* py = y.data_ptr<T>();
+    A* pr = rstd.data_ptr<A>();
+    const A* w = nl::data_or_null<A>(weight);
+    parallel_for(0, rows, std::max<int64_t>(1, kTaskElements / cols), [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        const T* xr = px + r * cols;
+        const double ss = nl::run_pair_sums(xr, xr, cols).b;
+        const A rs = A(1.0 / std::sqrt(ss / double(cols) + eps));
+        pr[r] = rs;
+        nl::scale_weighted(py + r * cols, xr, cols, rs, w);
+      }
+    });
+  });
+}
+
+// sum of dy * w * x over one row (w null: ones), in double.
+template <typename T, typename A>
+double row_dot(const T* dy, const T* x, const A* w, int64_t n) {
+  if constexpr (std::is_same_v<T, double>) {
+    double acc[4] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int k = 0; k < 4; ++k) acc[k] += dy[i + k] * (w ? w[i + k] : 1.0) * x[i + k];
+    for (; i < n; ++i) acc[0] += dy[i] * (w ? w[i] : 1.0) * x[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  } else {
+    return nl::pair_sums(
+               n,
+               [&](int64_t i) {
+                 const f8 v = nl::load(dy, i, n);
+                 return w ? v * nl::load(w, i, n) : v;
+               },
+               [&](int64_t i) { return nl::load(x, i, n); })
+        .b;
+  }
+}
+
+// dx = dy * w * a + x * b; dw_part[j] += dy * x * a (either output may be null).
+template <typename T, typename A>
+void backward_row(T* dx, double* dw_part, const T* dy, const T* x, const A* w, int64_t n, A a, A b) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (dx)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (w ? w[i] : 1.0) * a + x[i] * b;
+    if (dw_part)
+      for (int64_t i = 0; i < n; ++i) dw_part[i] += dy[i] * x[i] * a;
+  } else {
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const f8 g = nl::load(dy, i, n), xv = nl::load(x, i, n);
+      if (dx) nl::store(dx, i, n, (w ? g * nl::load(w, i, n) : g) * a + xv * b);
+      if (dw_part) nl::add_lanes(dw_part + i, g * xv * a, std::min<int64_t>(kLanes, n - i));
+    }
+  }
+}
+
+void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
+                           const Tensor& rstd, const Tensor& weight, int64_t rows, int64_t cols) {
+  visit_floating(x.dtype(), "rms_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* px = x.data_ptr<T>();
+    const T* pg = dy.data_ptr<T>();
+    T* pdx = dx.defined() ? dx.data_ptr<T>() : nullptr;
+    const A* pr = rstd.data_ptr<A>();
+    const A* w = nl::data_or_null<A>(weight);
+    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+    double* part = dweight.defined() ? cpu::thread_scratch<double>(0, size_t(chunks * cols)) : nullptr;
+    if (part) std::fill(part, part + chunks * cols, 0.0);
+    parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
+      for (int64_t k = kb; k < ke; ++k)
+        for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
+          const int64_t off = r * cols;
+          const double rs = double(pr[r]);
+          // b = -rs^2 mean(dy w xhat) = -rs^3 sum(dy w x) / cols
+          const double b = pdx ? -rs * rs * rs * row_dot(pg + off, px + off, w, cols) / double(cols) : 0.0;
+          backward_row(pdx ? pdx + off : nullptr, part ? part + k * cols : nullptr, pg + off, px + off, w, cols,
+                       A(rs), A(b));
+        }
+    });
+    if (!part) return;
+    A* dw = dweight.data_ptr<A>();
+    parallel_for(0, cols, 256, [&](int64_t jb, int64_t je) {
+      for (int64_t j = jb; j < je; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + j];
+        dw[j] = A(s);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::rms_norm_stub, CPU, &rms_norm_cpu);
+EMBER_REGISTER_KERNEL(native::rms_norm_backward_stub, CPU, &rms_norm_backward_cpu);
+
+}  // namespace ember
