@@ -146,12 +146,13 @@ EMBER_DECLARE_STUB(attention_backward_stub,
                             const AttentionOperand& dk, const AttentionOperand& dv, const Tensor& stats,
                             const Tensor& keep, double dropout_scale));
 
-// Whether packed_self_attention takes the fused kernel on device `d` rather than the composition
-// matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
+// Whether packed_self_attention and scaled_dot_product_attention take the attention kernels on
+// device `d` rather than the composition matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
 // environment says EMBER_CUDA_ATTENTION=fused and head_dim <= 256: the fused CUDA kernel does
 // its products on CUDA cores, while the composition's GEMMs run on tensor cores.
 bool fused_attention_on(Device d, int64_t head_dim);
 
+// ---- multi-head self-attention on one packed projection (through the attention stubs)
 struct PackedAttentionSaved {
   Tensor qkv, mask, stats, keep;  // mask broadcast to [B, heads, L, L]; keep undefined without dropout
   int64_t heads = 1;
@@ -167,8 +168,8 @@ PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, co
 Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale);
 
 // ---- scaled_dot_product_attention: q [..., L, E], k [..., S, E], v [..., S, Ev] of one dtype (f32,
-// bf16 or f64), leading dims broadcasting; mask additive floating or bool, broadcastable to
-// [..., L, S], or undefined (not with causal). Result [..., L, Ev] in the inputs' dtype.
+// bf16 or f64), leading dims broadcasting; mask additive (floating; autograd/functions/fused.cpp
+// turns a bool mask into 0 / -inf), broadcastable to [..., L, S], or undefined (not with causal). Result [..., L, Ev] in the inputs' dtype.
 struct AttentionSaved {
   AttentionProblem problem;  // its operands the (broadcast) inputs
   Tensor stats, keep;

@@ -8,7 +8,8 @@
 // scaled_masked_softmax uses), then out = P v written straight into the pair's rows of the
 // output. Nothing of size len_q x len_k reaches memory but the dropout's keep mask. Causal
 // problems go in blocks of query rows, each block's products reaching only the keys its last
-// row sees.
+// row sees, and the backward's dV and dK in blocks of keys, each reaching only the rows that see
+// them: about half the work of the full square.
 //
 // Backward, per pair: S and P are recomputed bit for bit from q, k, the mask and the saved row
 // statistics, then
@@ -159,6 +160,27 @@ void probability_rows(const AttentionProblem& a, int64_t pair, int64_t i0, int64
   }
 }
 
+// out[j] = sum_i lhs[i, j] rhs[i] for every key j (lhs [len_q, len_k], ld len_k: P_drop or dS):
+// dV and dK. Causal problems go in blocks of keys, each summing only the query rows that see them
+// (i >= j; lhs is zero above its diagonal); keys no query row sees get zero.
+template <typename T>
+void key_rows_product(const AttentionProblem& a, const T* lhs, Rows<const T> rhs, int64_t cols, Rows<T> out) {
+  const int64_t len_q = a.len_q, len_k = a.len_k;
+  if (!a.causal) {
+    product(true, false, len_k, cols, len_q, lhs, len_k, rhs.p, rhs.ld, out.p, out.ld);
+    return;
+  }
+  for (int64_t j0 = 0; j0 < len_k; j0 += kCausalBlock) {
+    const int64_t j1 = std::min(len_k, j0 + kCausalBlock);
+    if (j0 >= len_q) {
+      for (int64_t j = j0; j < len_k; ++j) std::fill(out.p + j * out.ld, out.p + j * out.ld + cols, T(0.0f));
+      return;
+    }
+    product(true, false, j1 - j0, cols, len_q - j0, lhs + j0 * len_k + j0, len_k, rhs.p + j0 * rhs.ld, rhs.ld,
+            out.p + j0 * out.ld, out.ld);
+  }
+}
+
 template <typename T>
 void attention_forward(const AttentionProblem& a, const AttentionOperand& out, const Tensor& stats,
                        const Tensor& keep, const FusedDropout& d) {
@@ -214,7 +236,8 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
       const Rows<T> dq = rows_of<T>(dq_out, pair, a.inner), dk = rows_of<T>(dk_out, pair, a.inner),
                     dv = rows_of<T>(dv_out, pair, a.inner);
       const uint8_t* kr = kp ? kp + pair * square : nullptr;
-      // P (whole rows: the dV and dK products below run over every key), and P_drop that multiplied v
+      // P (whole rows, zero past the keys a row sees: the dV and dK products read columns), and
+      // P_drop that multiplied v
       for (int64_t i0 = 0; i0 < len_q; i0 += block)
         probability_rows<T, A>(a, pair, i0, std::min(len_q, i0 + block), q, k, masks, mask_buf, st, false, p, len_k);
       const A* p_drop = p;
@@ -223,8 +246,7 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
         p_drop = pd;
       }
       // dV = P_drop^T dO
-      product(true, false, len_k, a.dim_v, len_q, as_operand(p_drop, 0, len_q, len_k, len_k, op_buf), len_k, go.p,
-              go.ld, dv.p, dv.ld);
+      key_rows_product<T>(a, as_operand(p_drop, 0, len_q, len_k, len_k, op_buf), go, a.dim_v, dv);
       // dP = dropout_backward(dO V^T); scale dS = scale P (dP - rowsum(dP P)), in place in dp (the
       // scale goes here rather than into the GEMMs: bf16 GEMMs with alpha != 1 are far slower)
       for (int64_t i0 = 0; i0 < len_q; i0 += block) {
@@ -246,7 +268,7 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
         product(false, false, i1 - i0, a.dim_qk, block_width(a, i1), dsv + i0 * len_k, len_k, k.p, k.ld,
                 dq.p + i0 * dq.ld, dq.ld);
       }
-      product(true, false, len_k, a.dim_qk, len_q, dsv, len_k, q.p, q.ld, dk.p, dk.ld);
+      key_rows_product<T>(a, dsv, q, a.dim_qk, dk);
     }
   });
 }
