@@ -134,6 +134,17 @@ Tensor scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, 
 // autocast dtype, the softmax in f32, as in the composition.
 Tensor packed_self_attention(const Tensor& qkv, int64_t num_heads, const Tensor& mask = Tensor(),
                              double dropout_p = 0.0, bool training = false);
+// torch.nn.functional.scaled_dot_product_attention:
+//   dropout(softmax(q k^T * scale + mask, -1), dropout_p) v
+// with q [..., L, E], k [..., S, E], v [..., S, Ev] (leading dims broadcast), result [..., L, Ev].
+// attn_mask is bool (true takes part) or additive floating, broadcastable to [..., L, S], or
+// undefined; is_causal masks key j from query i when j > i (top-left aligned; not together with
+// attn_mask); scale defaults to 1 / sqrt(E). Dropout applies whenever dropout_p > 0, as in torch.
+// The scores and probabilities are never materialised on the CPU; causal rows skip the keys they
+// cannot see. Under autocast the products run in the autocast dtype, the softmax in f32.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // ---- operators
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

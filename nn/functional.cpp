@@ -10,26 +10,15 @@ namespace ember::nn::functional {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                     double dropout_p, bool training, bool causal) {
-  EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, "scaled_dot_product_attention: q, k, v need at "
-              "least 2 dims, got ", q.shape(), ", ", k.shape(), ", ", v.shape());
-  EMBER_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "scaled_dot_product_attention: "
-              "incompatible q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
-  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
-  // The GEMM reads k transposed in place; scale, mask, softmax and dropout are one pass.
-  Tensor scores = matmul(q, k.transpose(-2, -1));
-  Tensor additive = mask;
-  if (causal) {
-    const int64_t lq = q.size(-2), lk = k.size(-2);
-    Tensor i = arange(lq, {DType::i64, q.device()}).view({lq, 1});
-    Tensor j = arange(lk, {DType::i64, q.device()}).view({1, lk});
-    Tensor future = masked_fill(zeros({lq, lk}, {DType::f32, q.device()}), gt(j, i),
-                                -std::numeric_limits<double>::infinity());
-    additive = additive.defined() ? additive + future : future;
-  }
-  // The probabilities in the scores' dtype, the one the product with v takes (under autocast
-  // it would cast them down from the softmax's f32 anyway).
-  Tensor probs = scaled_masked_softmax(scores, additive, scale, dropout_p, training, scores.dtype());
-  return matmul(probs, v);
+  const double p = training ? dropout_p : 0.0;
+  if (!(causal && mask.defined())) return ember::scaled_dot_product_attention(q, k, v, mask, p, causal);
+  // The fused op takes a mask or is_causal: both go in as one additive mask.
+  const int64_t lq = q.size(-2), lk = k.size(-2);
+  Tensor i = arange(lq, {DType::i64, q.device()}).view({lq, 1});
+  Tensor j = arange(lk, {DType::i64, q.device()}).view({1, lk});
+  Tensor future = masked_fill(zeros({lq, lk}, {DType::f32, q.device()}), gt(j, i),
+                              -std::numeric_limits<double>::infinity());
+  return ember::scaled_dot_product_attention(q, k, v, mask + future, p);
 }
 
 Tensor padding_mask_to_additive(const Tensor& key_padding_mask, DType dtype) {

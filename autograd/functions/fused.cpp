@@ -1,7 +1,10 @@
 // Differentiable fused ops (core/ops.h, "fused"): forward through core/native/fused.h, backward
 // through its fused backward kernels, with the autocast policy of the ops they replace. Off the
 // CPU they run the composition they stand for.
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "autograd/node.h"
 #include "core/autocast.h"
@@ -189,6 +192,82 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
                      });
   }
   return r.ctx;
+}
+
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// The additive form of an attention mask: a bool mask (true takes part) becomes 0 / -inf in the
+// scores' compute dtype; a floating one is itself.
+Tensor additive_mask(const Tensor& mask, DType scores) {
+  if (!mask.defined() || mask.dtype() != DType::boolean) return mask;
+  const TensorOptions opt{scores == DType::f64 ? DType::f64 : DType::f32, mask.device()};
+  return where(mask, full({}, 0.0, opt), full({}, -std::numeric_limits<double>::infinity(), opt));
+}
+
+// The causal mask [L, S] in additive form: key j takes no part in query i when j > i.
+Tensor causal_mask(int64_t len_q, int64_t len_k, DType scores, Device device) {
+  const TensorOptions i64{DType::i64, device};
+  const Tensor rows = arange(0, double(len_q), 1, i64).view({len_q, 1});
+  const Tensor cols = arange(0, double(len_k), 1, i64).view({1, len_k});
+  return additive_mask(le(cols, rows), scores);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale_opt) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  EMBER_CHECK(q_in.defined() && k_in.defined() && v_in.defined(), op, ": query, key and value must be defined");
+  EMBER_CHECK(q_in.dim() >= 2 && k_in.dim() >= 2 && v_in.dim() >= 2, op,
+              ": query, key and value need at least 2 dims, got shapes ", q_in.shape(), ", ", k_in.shape(), " and ",
+              v_in.shape());
+  EMBER_CHECK(!(is_causal && attn_mask.defined()), op, ": give either attn_mask or is_causal, not both (attn_mask of shape ",
+              attn_mask.defined() ? attn_mask.shape() : Shape{}, ", query of shape ", q_in.shape(), ")");
+  EMBER_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout probability must be in [0, 1], got ", dropout_p,
+              " (query of shape ", q_in.shape(), ")");
+  const Tensor q = autocast::to_lower(q_in), k = autocast::to_lower(k_in), v = autocast::to_lower(v_in);
+  EMBER_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), op, ": query, key and value must share a dtype, got ",
+              dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
+  const double scale = scale_opt ? *scale_opt : 1.0 / std::sqrt(double(q.size(-1)));
+  const DType scores_dtype = native::fused_compute_dtype(q.dtype());
+  const Tensor mask = additive_mask(attn_mask, scores_dtype);
+  const bool kernel_dtype = q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f64;
+  // the CUDA kernel takes one head dim for q, k and v
+  const bool kernel_dims = q.device().is_cpu() || q.size(-1) == v.size(-1);
+  if (!native::fused_attention_on(q.device(), q.size(-1)) || !kernel_dtype || !kernel_dims || dropout_p == 1.0 ||
+      wants(mask)) {
+    // The composition itself (also where the kernel's CUDA version does not run).
+    const Tensor scores = matmul(q, k.transpose(-2, -1));
+    const Tensor m = is_causal ? causal_mask(q.size(-2), k.size(-2), scores_dtype, q.device()) : mask;
+    const Tensor probs = scaled_masked_softmax(scores, m, scale, dropout_p, true, scores.dtype());
+    return matmul(probs, v);
+  }
+  native::AttentionResult r = native::scaled_dot_product_attention(q, k, v, mask, is_causal, scale, dropout_p);
+  if (autograd::needs_grad({q, k, v})) {
+    // The operands' data (views of q, k and v, or copies), saved without history and checked for
+    // in-place changes.
+    native::AttentionProblem& a = r.saved.problem;
+    const autograd::SavedTensor sq = autograd::save(a.q.data), sk = autograd::save(a.k.data),
+                                sv = autograd::save(a.v.data), sm = autograd::save(a.mask);
+    a.q.data = a.k.data = a.v.data = a.mask = Tensor();
+    const double drop_scale = dropout_p > 0.0 ? 1.0 / (1.0 - dropout_p) : 1.0;
+    const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
+    autograd::record("ScaledDotProductAttentionBackward", {q, k, v}, {r.out},
+                     [saved = r.saved, sq, sk, sv, sm, drop_scale, q_shape, k_shape, v_shape](const Tensors& g) -> Tensors {
+                       native::AttentionSaved s = saved;
+                       s.problem.q.data = sq.unpack();
+                       s.problem.k.data = sk.unpack();
+                       s.problem.v.data = sv.unpack();
+                       s.problem.mask = sm.unpack();
+                       const native::AttentionGrads d = native::scaled_dot_product_attention_backward(g[0], s, drop_scale);
+                       return {sum_to_shape(d.dq, q_shape), sum_to_shape(d.dk, k_shape), sum_to_shape(d.dv, v_shape)};
+                     });
+  }
+  return r.out;
 }
 
 }  // namespace ember

@@ -1,5 +1,6 @@
 #include "core/native/fused.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -15,8 +16,8 @@ EMBER_DEFINE_STUB(add_layer_norm_stub);
 EMBER_DEFINE_STUB(add_layer_norm_backward_stub);
 EMBER_DEFINE_STUB(scaled_masked_softmax_stub);
 EMBER_DEFINE_STUB(scaled_masked_softmax_backward_stub);
-EMBER_DEFINE_STUB(packed_attention_stub);
-EMBER_DEFINE_STUB(packed_attention_backward_stub);
+EMBER_DEFINE_STUB(attention_stub);
+EMBER_DEFINE_STUB(attention_backward_stub);
 
 DType fused_compute_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -240,7 +241,51 @@ Tensor scaled_masked_softmax_backward(const Tensor& grad, const ScaledMaskedSoft
   return dx;
 }
 
-// ---- packed multi-head self-attention
+// ---- attention
+
+namespace {
+
+// The pair layout of a [B, L, 3E]-shaped tensor's columns c0 .. c0 + D - 1 of head h (the
+// packed projection's thirds, and ctx [B, L, E] with c0 = 0).
+AttentionOperand packed_operand(const Tensor& t, int64_t c0, int64_t width, int64_t head_dim) {
+  const int64_t ld = t.size(2);
+  return {slice(t, 2, c0, c0 + width, 1), t.size(1) * ld, head_dim, ld};
+}
+
+AttentionProblem packed_problem(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale) {
+  const int64_t e = qkv.size(2) / 3, d = e / heads;
+  AttentionProblem a;
+  a.q = packed_operand(qkv, 0, e, d);
+  a.k = packed_operand(qkv, e, e, d);
+  a.v = packed_operand(qkv, 2 * e, e, d);
+  a.mask = mask;
+  a.outer = qkv.size(0);
+  a.inner = heads;
+  a.len_q = a.len_k = qkv.size(1);
+  a.dim_qk = a.dim_v = d;
+  a.scale = scale;
+  return a;
+}
+
+// x broadcast to batch + [rows, cols], seen as [outer, inner, rows, cols] (a view where the
+// strides allow, else a copy) with contiguous columns and rows no closer than a row's width.
+Tensor as_pairs(const Tensor& x, const Shape& batch, int64_t outer, int64_t inner, int64_t rows, int64_t cols) {
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  Tensor t = reshape(expand(x, full), {outer, inner, rows, cols});
+  const bool cols_ok = cols <= 1 || t.strides()[3] == 1;
+  const bool rows_ok = rows <= 1 || t.strides()[2] >= cols;
+  return cols_ok && rows_ok ? t : contiguous(t);
+}
+
+AttentionOperand pair_operand(const Tensor& t4) {
+  return {t4, t4.strides()[0], t4.strides()[1], t4.strides()[2]};
+}
+
+Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+}  // namespace
 
 PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale,
                                             double dropout_p, Generator& gen) {
@@ -266,8 +311,8 @@ PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, co
     EMBER_CHECK(bs == scores, op, ": mask of shape ", mask.shape(), " does not broadcast to the scores of shape ",
                 scores, " (qkv of shape ", qkv.shape(), ")");
     // the kernels read f32, bf16 or f16 masks in float and f64 ones only in double
-    const bool narrow = mask.dtype() == DType::f64 && qkv.dtype() != DType::f64;
-    s.mask = expand(narrow ? to_dtype(mask, DType::f32) : mask, scores);
+    const bool narrow_mask = mask.dtype() == DType::f64 && qkv.dtype() != DType::f64;
+    s.mask = expand(narrow_mask ? to_dtype(mask, DType::f32) : mask, scores);
   }
   const DType cd = fused_compute_dtype(qkv.dtype());
   r.ctx = make_tensor({b, len, e}, qkv.dtype(), qkv.device());
@@ -275,22 +320,118 @@ PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, co
   const FusedDropout d = make_fused_dropout(dropout_p, numel_of(scores), op, gen);
   if (d.active()) s.keep = make_tensor(scores, DType::boolean, qkv.device());
   if (r.ctx.numel() == 0) return r;
-  packed_attention_stub.call(qkv.device(), op)(r.ctx, s.stats, s.keep, s.qkv, s.mask, heads, scale, d);
+  const AttentionProblem a = packed_problem(s.qkv, heads, s.mask, scale);
+  attention_stub.call(qkv.device(), op)(a, packed_operand(r.ctx, 0, e, a.dim_v), s.stats, s.keep, d);
   return r;
 }
 
 Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale) {
   constexpr const char* op = "packed_self_attention_backward";
   const Tensor& qkv = saved.qkv;
-  const Shape out{qkv.size(0), qkv.size(1), qkv.size(2) / 3};
+  const int64_t e = qkv.size(2) / 3;
+  const Shape out{qkv.size(0), qkv.size(1), e};
   EMBER_CHECK(grad.shape() == out, op, ": gradient of shape ", grad.shape(), " does not match the output of shape ",
               out);
   Tensor dqkv = make_tensor(qkv.shape(), qkv.dtype(), qkv.device());
   if (dqkv.numel() == 0) return dqkv;
-  packed_attention_backward_stub.call(qkv.device(), op)(dqkv, contiguous(to_dtype(grad, qkv.dtype())), qkv, saved.mask,
-                                                        saved.stats, saved.keep, saved.heads, saved.scale,
-                                                        dropout_scale);
+  const AttentionProblem a = packed_problem(qkv, saved.heads, saved.mask, saved.scale);
+  const int64_t d = a.dim_qk;
+  attention_backward_stub.call(qkv.device(), op)(
+      a, packed_operand(contiguous(to_dtype(grad, qkv.dtype())), 0, e, d), packed_operand(dqkv, 0, e, d),
+      packed_operand(dqkv, e, e, d), packed_operand(dqkv, 2 * e, e, d), saved.stats, saved.keep, dropout_scale);
   return dqkv;
+}
+
+AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                             bool causal, double scale, double dropout_p, Generator& gen) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  check_floating(op, "query", q);
+  check_floating(op, "key", k);
+  check_floating(op, "value", v);
+  EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, op,
+              ": query, key and value need at least 2 dims, got shapes ", q.shape(), ", ", k.shape(), " and ",
+              v.shape());
+  EMBER_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), op, ": query ", q.shape(), ", key ", k.shape(),
+              " and value ", v.shape(), " do not fit: query and key need one last dim, key and value one length");
+  EMBER_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), op, ": query, key and value must share a dtype, got ",
+              dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
+  EMBER_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f64, op,
+              ": query, key and value must be f32, bf16 or f64, got ", dtype_name(q.dtype()));
+  check_same_device(op, "key", k, q);
+  check_same_device(op, "value", v, q);
+  EMBER_CHECK(!(causal && mask.defined()), op, ": give either a mask or is_causal, not both (query of shape ",
+              q.shape(), ")");
+  AttentionResult r;
+  AttentionSaved& s = r.saved;
+  AttentionProblem& a = s.problem;
+  s.batch = broadcast_shapes(broadcast_shapes(leading(q), leading(k), op), leading(v), op);
+  a.len_q = q.size(-2);
+  a.len_k = k.size(-2);
+  a.dim_qk = q.size(-1);
+  a.dim_v = v.size(-1);
+  a.inner = s.batch.empty() ? 1 : s.batch.back();
+  a.outer = s.batch.empty() ? 1 : numel_of(s.batch) / std::max<int64_t>(a.inner, 1);
+  if (a.inner == 0) a.outer = 0;
+  a.causal = causal;
+  a.scale = scale;
+  a.q = pair_operand(as_pairs(q, s.batch, a.outer, a.inner, a.len_q, a.dim_qk));
+  a.k = pair_operand(as_pairs(k, s.batch, a.outer, a.inner, a.len_k, a.dim_qk));
+  a.v = pair_operand(as_pairs(v, s.batch, a.outer, a.inner, a.len_k, a.dim_v));
+  Shape scores = s.batch;
+  scores.push_back(a.len_q);
+  scores.push_back(a.len_k);
+  if (mask.defined()) {
+    check_floating(op, "mask", mask);
+    check_same_device(op, "mask", mask, q);
+    EMBER_CHECK(broadcast_shapes(mask.shape(), scores, op) == scores, op, ": mask of shape ", mask.shape(),
+                " does not broadcast to the scores of shape ", scores, " (query ", q.shape(), ", key ", k.shape(), ")");
+    const bool narrow_mask = mask.dtype() == DType::f64 && q.dtype() != DType::f64;
+    a.mask = as_pairs(narrow_mask ? to_dtype(mask, DType::f32) : mask, s.batch, a.outer, a.inner, a.len_q, a.len_k);
+  }
+  Shape out_shape = s.batch;
+  out_shape.push_back(a.len_q);
+  out_shape.push_back(a.dim_v);
+  r.out = make_tensor(out_shape, q.dtype(), q.device());
+  s.stats = make_tensor({a.pairs() * a.len_q, 2}, fused_compute_dtype(q.dtype()), q.device());
+  const FusedDropout d = make_fused_dropout(dropout_p, numel_of(scores), op, gen);
+  if (d.active()) s.keep = make_tensor(scores, DType::boolean, q.device());
+  if (r.out.numel() == 0) return r;
+  if (a.len_k == 0) {  // softmax over no keys weighs nothing: the product is zero, as torch's
+    fill_(r.out, 0.0);
+    return r;
+  }
+  const Tensor out4 = view(r.out, {a.outer, a.inner, a.len_q, a.dim_v});
+  attention_stub.call(q.device(), op)(a, pair_operand(out4), s.stats, s.keep, d);
+  return r;
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad, const AttentionSaved& saved,
+                                                     double dropout_scale) {
+  constexpr const char* op = "scaled_dot_product_attention_backward";
+  const AttentionProblem& a = saved.problem;
+  const DType dt = a.q.data.dtype();
+  const Device dev = a.q.data.device();
+  Shape out_shape = saved.batch;
+  out_shape.push_back(a.len_q);
+  out_shape.push_back(a.dim_v);
+  EMBER_CHECK(grad.shape() == out_shape, op, ": gradient of shape ", grad.shape(),
+              " does not match the output of shape ", out_shape);
+  auto grad_of = [&](int64_t rows, int64_t cols) {
+    Shape s = saved.batch;
+    s.push_back(rows);
+    s.push_back(cols);
+    return make_tensor(s, dt, dev);
+  };
+  AttentionGrads g{grad_of(a.len_q, a.dim_qk), grad_of(a.len_k, a.dim_qk), grad_of(a.len_k, a.dim_v)};
+  if (a.pairs() == 0) return g;
+  if (a.len_q == 0 || a.len_k == 0 || a.dim_v == 0) {
+    for (Tensor* t : {&g.dq, &g.dk, &g.dv}) fill_(*t, 0.0);
+    return g;
+  }
+  auto pairs_of = [&](const Tensor& t) { return pair_operand(view(t, {a.outer, a.inner, t.size(-2), t.size(-1)})); };
+  attention_backward_stub.call(dev, op)(a, pairs_of(contiguous(to_dtype(grad, dt))), pairs_of(g.dq), pairs_of(g.dk),
+                                        pairs_of(g.dv), saved.stats, saved.keep, dropout_scale);
+  return g;
 }
 
 }  // namespace ember::native

@@ -115,28 +115,44 @@ ScaledMaskedSoftmaxResult scaled_masked_softmax(const Tensor& x, const Tensor& m
 Tensor scaled_masked_softmax_backward(const Tensor& grad, const ScaledMaskedSoftmaxSaved& saved, double scale,
                                       double out_scale, double dropout_scale);
 
-// ---- multi-head self-attention on one packed projection
-// qkv [B, L, 3E] holds [q | k | v] (E = heads * D; head h takes columns h D .. h D + D - 1 of
-// each third), contiguous, f32, bf16 or f64; mask undefined or [B, heads, L, L] through broadcast
-// strides (any floating dtype). ctx [B, L, E] (qkv's dtype) gets, for every head, the rows of
-// dropout(softmax(q k^T * scale + mask)) v, written straight into the head's columns (the heads
-// merged, no copy). The scores and probabilities of one (batch, head) pair live in a per-thread
-// buffer only: stats [B * heads * L, 2] (compute dtype) keeps each score row's max and 1 / sum
-// and keep [B, heads, L, L] (bool) the dropout mask, from which the backward recomputes them.
-EMBER_DECLARE_STUB(packed_attention_stub,
-                   void (*)(const Tensor& ctx, const Tensor& stats, const Tensor& keep, const Tensor& qkv,
-                            const Tensor& mask, int64_t heads, double scale, const FusedDropout& dropout));
-// dqkv [B, L, 3E] (qkv's dtype) from grad [B, L, E] (qkv's dtype, contiguous).
-EMBER_DECLARE_STUB(packed_attention_backward_stub, void (*)(const Tensor& dqkv, const Tensor& grad, const Tensor& qkv,
-                                                            const Tensor& mask, const Tensor& stats, const Tensor& keep,
-                                                            int64_t heads, double scale, double dropout_scale));
+// ---- attention: out = dropout(softmax(q k^T * scale + mask)) v for every (batch, head) pair
+// Pairs are numbered outer * inner + n (n < inner): the packed projection's (batch, head), or the
+// leading dims of scaled_dot_product_attention collapsed into two. An operand's pair starts
+// `offset(pair)` elements into its tensor; its rows are row_stride apart, its columns contiguous.
+// The kernels read q, k, v and write out in place this way (no per-head copies).
+struct AttentionOperand {
+  Tensor data;  // its first pair's first element is data's first element
+  int64_t outer_stride = 0, inner_stride = 0, row_stride = 0;
+  int64_t offset(int64_t pair, int64_t inner) const { return (pair / inner) * outer_stride + (pair % inner) * inner_stride; }
+};
+struct AttentionProblem {
+  AttentionOperand q, k, v;  // [pairs, len_q, dim_qk], [pairs, len_k, dim_qk], [pairs, len_k, dim_v]; one dtype
+  Tensor mask;  // additive, [outer, inner, len_q, len_k] through broadcast strides, floating; or undefined
+  int64_t outer = 0, inner = 1, len_q = 0, len_k = 0, dim_qk = 0, dim_v = 0;
+  bool causal = false;  // key j takes no part in query row i when j > i
+  double scale = 1.0;
+  int64_t pairs() const { return outer * inner; }
+};
+// out [pairs, len_q, dim_v] (the data dtype) gets the attention of each pair. The scores and
+// probabilities of a pair live in a per-thread buffer only: stats [pairs * len_q, 2] (compute
+// dtype) keeps each score row's max and 1 / sum and keep [pairs, len_q, len_k] (bool) the dropout
+// mask (element (pair, i, j) keeps as native::dropout's element of that index), from which the
+// backward recomputes them. Causal rows compute and read only the keys they see.
+EMBER_DECLARE_STUB(attention_stub, void (*)(const AttentionProblem& a, const AttentionOperand& out,
+                                            const Tensor& stats, const Tensor& keep, const FusedDropout& dropout));
+// dq, dk, dv (each laid out as its input; the data dtype) from grad (laid out as out).
+EMBER_DECLARE_STUB(attention_backward_stub,
+                   void (*)(const AttentionProblem& a, const AttentionOperand& grad, const AttentionOperand& dq,
+                            const AttentionOperand& dk, const AttentionOperand& dv, const Tensor& stats,
+                            const Tensor& keep, double dropout_scale));
 
-// Whether packed_self_attention takes the fused kernel on device `d` rather than the composition
-// matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
+// Whether packed_self_attention and scaled_dot_product_attention take the attention kernels on
+// device `d` rather than the composition matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
 // environment says EMBER_CUDA_ATTENTION=fused and head_dim <= 256: the fused CUDA kernel does
 // its products on CUDA cores, while the composition's GEMMs run on tensor cores.
 bool fused_attention_on(Device d, int64_t head_dim);
 
+// ---- multi-head self-attention on one packed projection (through the attention stubs)
 struct PackedAttentionSaved {
   Tensor qkv, mask, stats, keep;  // mask broadcast to [B, heads, L, L]; keep undefined without dropout
   int64_t heads = 1;
@@ -150,5 +166,26 @@ struct PackedAttentionResult {
 PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale,
                                             double dropout_p, Generator& gen = default_generator());
 Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale);
+
+// ---- scaled_dot_product_attention: q [..., L, E], k [..., S, E], v [..., S, Ev] of one dtype (f32,
+// bf16 or f64), leading dims broadcasting; mask additive (floating; autograd/functions/fused.cpp
+// turns a bool mask into 0 / -inf), broadcastable to [..., L, S], or undefined (not with causal). Result [..., L, Ev] in the inputs' dtype.
+struct AttentionSaved {
+  AttentionProblem problem;  // its operands the (broadcast) inputs
+  Tensor stats, keep;
+  Shape batch;  // the broadcast leading dims
+};
+struct AttentionResult {
+  Tensor out;
+  AttentionSaved saved;
+};
+AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                             bool causal, double scale, double dropout_p,
+                                             Generator& gen = default_generator());
+struct AttentionGrads {
+  Tensor dq, dk, dv;  // each of shape batch + its own two trailing dims (sum over broadcast dims left to the caller)
+};
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad, const AttentionSaved& saved,
+                                                     double dropout_scale);
 
 }  // namespace ember::native

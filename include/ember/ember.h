@@ -30,6 +30,7 @@
 #include "nn/layers/normalization.h"
 #include "nn/losses.h"
 #include "nn/models/bert.h"
+#include "nn/models/gpt2.h"
 #include "nn/models/pretrained.h"
 #include "nn/module.h"
 

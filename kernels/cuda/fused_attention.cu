@@ -1,4 +1,4 @@
-// CUDA multi-head self-attention on one packed projection, forward (core/native/fused.h;
+// CUDA attention (packed_self_attention, scaled_dot_product_attention), forward (core/native/fused.h;
 // semantics of kernels/cpu/fused_attention.cpp). The backward is in fused_attention_backward.cu.
 //
 // Flash-style: one block per (batch * head pair, tile of BQ query rows) keeps its q rows in
@@ -13,8 +13,9 @@
 // The CPU's special rows carry over: a NaN score makes its row NaN (max keeps NaN); a row whose
 // scores are all -inf gets stats (-inf, NaN) and a NaN ctx row (the CPU's exp(-inf - -inf)).
 // For the running max such a row uses 0 in place of -inf, so fully masked key tiles before a
-// finite score add nothing instead of NaN. The keep mask element e = ((b * heads + h) * L + i)
-// * L + j is drawn with the Philox stream of kernels/cuda/philox.cuh, bit for bit the CPU's.
+// finite score add nothing instead of NaN. Causal rows stop at the last key tile they see (when
+// no keep mask must be drawn for the rest). The keep mask element e = (pair * len_q + i) * len_k + j
+// is drawn with the Philox stream of kernels/cuda/philox.cuh, bit for bit the CPU's.
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -47,17 +48,20 @@ constexpr size_t forward_smem_elems(int64_t d) {
 
 template <typename T, typename A, typename Cfg>
 __global__ void __launch_bounds__(kThreads, 1)
-    attention_forward_kernel(T* ctx, A* stats, const T* qkv, MaskView mask, Geometry g, A scale, DropoutArgs<A> drop) {
+    attention_forward_kernel(T* ctx, A* stats, const T* q, const T* k, const T* v, MaskView mask, Geometry g, A scale,
+                             DropoutArgs<A> drop) {
   constexpr int BQ = Cfg::BQ, BK = Cfg::BK, DMAX = Cfg::DMAX;
   constexpr int RQ = BQ / kSide, RK = BK / kSide, RD = DMAX / kSide;
   constexpr int TPR = kThreads / BQ, CPT = BK / TPR;  // softmax: threads per row, columns per thread
   constexpr int lds = BK + 1;
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
-  const int64_t len = g.len, row_ld = 3 * g.e;
-  const PairTile<T> tile = pair_tile<BQ>(g, qkv);
+  const int64_t len_q = g.len_q, len_k = g.len_k;
+  const PairTile<T> tile = pair_tile<BQ>(g, len_q, q, k, v);
   const int64_t pair = tile.pair, i0 = tile.row0;
-  const int64_t b = pair / g.heads, h = pair % g.heads;
+  const int64_t b = pair / g.inner, h = pair % g.inner;
+  // Causal rows skip the key tiles they cannot see, unless the dropout mask must cover them.
+  const int64_t key_end = drop.keep != nullptr ? len_k : g.key_end(i0, BQ);
 
   A* sq = reinterpret_cast<A*>(attention_smem);
   A* sk = sq + BQ * ld;
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rg = tid / kSide, cl = tid % kSide;
   const int srow = tid / TPR, spart = tid % TPR;
 
-  load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
+  load_rows(sq, ld, tile.q, g.q.row, i0, BQ, len_q, d);
   if (tid < BQ) {
     s_max[tid] = neg_inf<A>();
     s_sum[tid] = A(0);
@@ -79,10 +83,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   A acc[RQ][RD];
   zero_tile(acc);
 
-  for (int64_t j0 = 0; j0 < len; j0 += BK) {
+  for (int64_t j0 = 0; j0 < key_end; j0 += BK) {
     __syncthreads();  // the previous tile's readers of sk, sv, ss are done
-    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, g.k.row, j0, BK, len_k, d);
+    load_rows(sv, ld, tile.v, g.v.row, j0, BK, len_k, d);
     __syncthreads();
 
     // scores of this thread's RQ x RK entries
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int c = 0; c < RK; ++c) {
         const int64_t j = j0 + cl + kSide * c;
         A val = neg_inf<A>();  // rows and columns past len take no part
-        if (i < len && j < len) val = s[r][c] * scale + mask.at<A>(b, h, i, j);
+        if (g.sees(i, j)) val = s[r][c] * scale + mask.at<A>(b, h, i, j);
         ss[(rg + kSide * r) * lds + cl + kSide * c] = val;
       }
     }
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const A m_use = m_new == neg_inf<A>() ? A(0) : m_new;
       const int64_t i = i0 + srow;
       const int64_t jb = j0 + spart * CPT;
-      const int64_t e0 = (pair * len + i) * len + jb;  // keep-mask element of column jb
+      const int64_t e0 = (pair * len_q + i) * len_k + jb;  // keep-mask element of column jb
       uint64_t cached = ~uint64_t(0);
       uint4 words = make_uint4(0, 0, 0, 0);
       A sum = A(0);
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int c = 0; c < CPT; ++c) {
         A p = d_exp(row[c] - m_use);
         sum += p;
-        if (drop.keep != nullptr && i < len && jb + c < len) {
+        if (drop.keep != nullptr && i < len_q && jb + c < len_k) {
           const uint64_t e = uint64_t(e0 + c);
           const uint64_t counter = drop.offset + e / 4;
           if (counter != cached) {
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     // acc = acc * alpha + p v over this tile's keys
-    const int keys = int(len - j0 < BK ? len - j0 : BK);
+    const int keys = int(len_k - j0 < BK ? len_k - j0 : BK);
 #pragma unroll
     for (int r = 0; r < RQ; ++r) {
       const A alpha = s_alpha[rg + kSide * r];
@@ -178,36 +182,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     const A inv = m == neg_inf<A>() ? std::numeric_limits<A>::quiet_NaN() : A(1) / s_sum[tid];
     s_alpha[tid] = inv;
     const int64_t i = i0 + tid;
-    if (i < len) {
-      stats[2 * (pair * len + i)] = m;
-      stats[2 * (pair * len + i) + 1] = inv;
+    if (i < len_q) {
+      stats[2 * (pair * len_q + i)] = m;
+      stats[2 * (pair * len_q + i) + 1] = inv;
     }
   }
   __syncthreads();
-  T* out = ctx + g.ctx_offset(pair);
+  T* out = ctx + g.offset(g.o, pair);
   A inv[RQ];
 #pragma unroll
   for (int r = 0; r < RQ; ++r) inv[r] = s_alpha[rg + kSide * r];
-  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len, d, rg, cl, [&](int r, int c, int64_t i, int x) {
-    out[i * g.e + x] = cuda::Acc<T>::store(acc[r][c] * inv[r]);
+  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len_q, d, rg, cl, [&](int r, int c, int64_t i, int x) {
+    out[i * g.o.row + x] = cuda::Acc<T>::store(acc[r][c] * inv[r]);
   });
 }
 
-void packed_attention_cuda(const Tensor& ctx, const Tensor& stats, const Tensor& keep, const Tensor& qkv,
-                           const Tensor& mask, int64_t heads, double scale, const native::FusedDropout& dropout) {
-  constexpr const char* op = "packed_self_attention";
-  cuda::DeviceGuard guard(qkv.device(), op);
-  const Geometry g = geometry_of(qkv, heads);
-  if (ctx.numel() == 0 || g.d == 0) return;
-  EMBER_CHECK(g.d <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ", kMaxHeadDim, ", got ", g.d,
-              " (qkv of shape ", qkv.shape(), ", ", heads, " heads)");
-  EMBER_CHECK(qkv.is_contiguous() && ctx.is_contiguous() && stats.is_contiguous(), op,
-              ": qkv, ctx and stats must be contiguous");
+void attention_cuda(const native::AttentionProblem& a, const native::AttentionOperand& out, const Tensor& stats,
+                    const Tensor& keep, const native::FusedDropout& dropout) {
+  constexpr const char* op = "attention";
+  const Device dev = a.q.data.device();
+  cuda::DeviceGuard guard(dev, op);
+  const Geometry g = geometry_of(a, out, op);
+  if (g.pairs() == 0 || g.len_q == 0 || g.d == 0) return;
+  EMBER_CHECK(g.d <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ", kMaxHeadDim, ", got ", g.d);
+  EMBER_CHECK(stats.is_contiguous(), op, ": stats must be contiguous");
   EMBER_CHECK(!dropout.active() || (keep.defined() && keep.is_contiguous()), op,
               ": dropout needs a contiguous keep mask");
-  const MaskView mv = mask_view_of(mask, op);
-  const DType dt = qkv.dtype();
-  EMBER_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f64, op, ": qkv must be f32, bf16 or f64, got ",
+  const MaskView mv = mask_view_of(a.mask, op);
+  const DType dt = a.q.data.dtype();
+  EMBER_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f64, op, ": q, k and v must be f32, bf16 or f64, got ",
               dtype_name(dt));
   cuda::visit_device_type(dt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -226,11 +229,12 @@ void packed_attention_cuda(const Tensor& ctx, const Tensor& stats, const Tensor&
         const size_t bytes = forward_smem_elems<Cfg, A>(g.d) * sizeof(A);
         constexpr auto kernel = attention_forward_kernel<T, A, Cfg>;
         allow_shared_memory<kernel>(forward_smem_elems<Cfg, A>(Cfg::DMAX) * sizeof(A));
-        const int64_t blocks = g.pairs() * ((g.len + Cfg::BQ - 1) / Cfg::BQ);
+        const int64_t blocks = g.pairs() * ((g.len_q + Cfg::BQ - 1) / Cfg::BQ);
         EMBER_CHECK(blocks <= std::numeric_limits<int32_t>::max(), op, ": too many (batch, head, row tile) blocks");
         kernel<<<unsigned(blocks), kThreads, bytes, cuda::current_stream()>>>(
-            static_cast<T*>(ctx.raw_data()), static_cast<A*>(stats.raw_data()), static_cast<const T*>(qkv.raw_data()),
-            mv, g, A(scale), drop);
+            static_cast<T*>(out.data.raw_data()), static_cast<A*>(stats.raw_data()),
+            static_cast<const T*>(a.q.data.raw_data()), static_cast<const T*>(a.k.data.raw_data()),
+            static_cast<const T*>(a.v.data.raw_data()), mv, g, A(a.scale), drop);
         EMBER_CUDA_CHECK_LAUNCH();
       });
     }
@@ -239,6 +243,6 @@ void packed_attention_cuda(const Tensor& ctx, const Tensor& stats, const Tensor&
 
 }  // namespace
 
-EMBER_REGISTER_KERNEL(native::packed_attention_stub, CUDA, &packed_attention_cuda);
+EMBER_REGISTER_KERNEL(native::attention_stub, CUDA, &attention_cuda);
 
 }  // namespace ember

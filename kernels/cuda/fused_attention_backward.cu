@@ -32,8 +32,9 @@ using namespace cuda::attention;
 template <typename A>
 struct BackwardArgs {
   MaskView mask;
-  const A* stats;         // [pairs * len, 2]: row max, 1 / row sum
-  const uint8_t* keep;    // [pairs, len, len] or null without dropout
+  const A* stats;         // [pairs * len_q, 2]: row max, 1 / row sum
+  const uint8_t* keep;    // [pairs, len_q, len_k] or null without dropout
+  PairStrides dq, dk, dv; // where the gradients go
   A scale, dropout_scale;
 };
 
@@ -48,11 +49,11 @@ template <typename A>
 __device__ __forceinline__ Entry<A> entry(const BackwardArgs<A>& a, const Geometry& g, int64_t pair, int64_t i,
                                           int64_t j, A qk, A gv, A row_max, A row_inv) {
   Entry<A> r{A(0), A(0), A(0)};
-  if (i >= g.len || j >= g.len) return r;
-  const A s = qk * a.scale + a.mask.template at<A>(pair / g.heads, pair % g.heads, i, j);
+  if (!g.sees(i, j)) return r;
+  const A s = qk * a.scale + a.mask.template at<A>(pair / g.inner, pair % g.inner, i, j);
   r.p = d_exp(s - row_max) * row_inv;
   r.f = A(1);
-  if (a.keep != nullptr) r.f = a.keep[(pair * g.len + i) * g.len + j] ? a.dropout_scale : A(0);
+  if (a.keep != nullptr) r.f = a.keep[(pair * g.len_q + i) * g.len_k + j] ? a.dropout_scale : A(0);
   r.dp = gv * r.f;
   return r;
 }
@@ -99,15 +100,17 @@ constexpr size_t dkv_smem_elems(int64_t d) {
 // delta and dQ of one (pair, query tile).
 template <typename T, typename A, typename Cfg>
 __global__ void __launch_bounds__(kThreads, 1)
-    attention_dq_kernel(T* dqkv, A* delta_out, const T* grad, const T* qkv, Geometry g, BackwardArgs<A> a) {
+    attention_dq_kernel(T* dq_out, A* delta_out, const T* grad, const T* q, const T* k, const T* v, Geometry g,
+                        BackwardArgs<A> a) {
   constexpr int BQ = Cfg::BQ, BK = Cfg::BK, DMAX = Cfg::DMAX;
   constexpr int RQ = BQ / kSide, RK = BK / kSide, RD = DMAX / kSide;
   constexpr int lds = BK + 1;
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
-  const int64_t len = g.len, row_ld = 3 * g.e;
-  const PairTile<T> tile = pair_tile<BQ>(g, qkv);
+  const int64_t len_q = g.len_q, len_k = g.len_k;
+  const PairTile<T> tile = pair_tile<BQ>(g, len_q, q, k, v);
   const int64_t pair = tile.pair, i0 = tile.row0;
+  const int64_t key_end = g.key_end(i0, BQ);  // causal rows skip the keys they cannot see
 
   A* sq = reinterpret_cast<A*>(attention_smem);
   A* sg = sq + BQ * ld;
@@ -119,18 +122,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = int(threadIdx.x);
   const int rg = tid / kSide, cl = tid % kSide;
-  load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
-  load_rows(sg, ld, grad + g.ctx_offset(pair), g.e, i0, BQ, len, d);
-  load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len);
+  load_rows(sq, ld, tile.q, g.q.row, i0, BQ, len_q, d);
+  load_rows(sg, ld, grad + g.offset(g.o, pair), g.o.row, i0, BQ, len_q, d);
+  load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len_q);
 
   // sweep 1: delta_i = sum_j P_ij dP_ij
   A delta[RQ];
 #pragma unroll
   for (int r = 0; r < RQ; ++r) delta[r] = A(0);
-  for (int64_t j0 = 0; j0 < len; j0 += BK) {
+  for (int64_t j0 = 0; j0 < key_end; j0 += BK) {
     __syncthreads();
-    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, g.k.row, j0, BK, len_k, d);
+    load_rows(sv, ld, tile.v, g.v.row, j0, BK, len_k, d);
     __syncthreads();
     A s[RQ][RK], t[RQ][RK];
     dot_tiles(s, t, sq, sk, sg, sv, ld, d, rg, cl);
@@ -150,16 +153,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int off = kSide / 2; off > 0; off >>= 1) delta[r] += __shfl_xor_sync(0xffffffffu, delta[r], off);
     const int64_t i = i0 + rg + kSide * r;
-    if (cl == 0 && i < len) delta_out[pair * len + i] = delta[r];
+    if (cl == 0 && i < len_q) delta_out[pair * len_q + i] = delta[r];
   }
 
   // sweep 2: dQ = dS K
   A acc[RQ][RD];
   zero_tile(acc);
-  for (int64_t j0 = 0; j0 < len; j0 += BK) {
+  for (int64_t j0 = 0; j0 < key_end; j0 += BK) {
     __syncthreads();
-    load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
-    load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
+    load_rows(sk, ld, tile.k, g.k.row, j0, BK, len_k, d);
+    load_rows(sv, ld, tile.v, g.v.row, j0, BK, len_k, d);
     __syncthreads();
     {
       A s[RQ][RK], t[RQ][RK];
@@ -176,28 +179,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncthreads();
-    const int keys = int(len - j0 < BK ? len - j0 : BK);
+    const int keys = int(len_k - j0 < BK ? len_k - j0 : BK);
     accumulate_pv<Cfg::EXACT>(acc, ss, lds, sk, ld, keys, d, rg, cl);
   }
-  T* dq = dqkv + g.qkv_offset(pair);
-  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len, d, rg, cl, [&](int r, int c, int64_t i, int x) {
-    dq[i * row_ld + x] = cuda::Acc<T>::store(acc[r][c]);
+  T* dq = dq_out + g.offset(a.dq, pair);
+  for_tile_outputs<Cfg::EXACT, RQ, RD>(i0, len_q, d, rg, cl, [&](int r, int c, int64_t i, int x) {
+    dq[i * a.dq.row + x] = cuda::Acc<T>::store(acc[r][c]);
   });
 }
 
 // dK and dV of one (pair, key tile), from delta of every query row.
 template <typename T, typename A, typename Cfg>
 __global__ void __launch_bounds__(kThreads, 1)
-    attention_dkv_kernel(T* dqkv, const A* delta, const T* grad, const T* qkv, Geometry g, BackwardArgs<A> a) {
+    attention_dkv_kernel(T* dk_base, T* dv_base, const A* delta, const T* grad, const T* q, const T* k, const T* v,
+                         Geometry g, BackwardArgs<A> a) {
   constexpr int BQ = Cfg::BQ, BK = Cfg::BK, DMAX = Cfg::DMAX;
   constexpr int RQ = BQ / kSide, RK = BK / kSide, RD = DMAX / kSide;
   constexpr int lds = BK + 1;
   const int d = Cfg::EXACT ? DMAX : int(g.d);
   const int ld = d + 1;
-  const int64_t len = g.len, row_ld = 3 * g.e;
-  const PairTile<T> tile = pair_tile<BK>(g, qkv);
+  const int64_t len_q = g.len_q, len_k = g.len_k;
+  const PairTile<T> tile = pair_tile<BK>(g, len_k, q, k, v);
   const int64_t pair = tile.pair, j0 = tile.row0;
-  const T* go = grad + g.ctx_offset(pair);
+  const T* go = grad + g.offset(g.o, pair);
+  // causal: query rows above j0 see none of this tile's keys
+  const int64_t rows_begin = g.causal ? (j0 / BQ) * BQ : 0;
 
   A* sk = reinterpret_cast<A*>(attention_smem);
   A* sv = sk + BK * ld;
@@ -211,20 +217,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = int(threadIdx.x);
   const int rg = tid / kSide, cl = tid % kSide;
-  load_rows(sk, ld, tile.k, row_ld, j0, BK, len, d);
-  load_rows(sv, ld, tile.v, row_ld, j0, BK, len, d);
+  load_rows(sk, ld, tile.k, g.k.row, j0, BK, len_k, d);
+  load_rows(sv, ld, tile.v, g.v.row, j0, BK, len_k, d);
 
   // dK and dV rows j0 + rg + 16 r, columns cl + 16 c
   A dk[RK][RD], dv[RK][RD];
   zero_tile(dk);
   zero_tile(dv);
 
-  for (int64_t i0 = 0; i0 < len; i0 += BQ) {
+  for (int64_t i0 = rows_begin; i0 < len_q; i0 += BQ) {
     __syncthreads();
-    load_rows(sq, ld, tile.q, row_ld, i0, BQ, len, d);
-    load_rows(sg, ld, go, g.e, i0, BQ, len, d);
-    load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len);
-    if (tid < BQ) s_delta[tid] = i0 + tid < len ? delta[pair * len + i0 + tid] : A(0);
+    load_rows(sq, ld, tile.q, g.q.row, i0, BQ, len_q, d);
+    load_rows(sg, ld, go, g.o.row, i0, BQ, len_q, d);
+    load_row_stats(s_max, s_inv, a.stats, pair, i0, BQ, len_q);
+    if (tid < BQ) s_delta[tid] = i0 + tid < len_q ? delta[pair * len_q + i0 + tid] : A(0);
     __syncthreads();
     {
       A s[RQ][RK], t[RQ][RK];
@@ -242,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncthreads();
-    const int rows = int(len - i0 < BQ ? len - i0 : BQ);
+    const int rows = int(len_q - i0 < BQ ? len_q - i0 : BQ);
     for (int i = 0; i < rows; ++i) {
       A pv[RK], dsv[RK];
 #pragma unroll
@@ -264,59 +270,65 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  T* dk_out = dqkv + g.qkv_offset(pair) + g.e;
-  T* dv_out = dk_out + g.e;
-  for_tile_outputs<Cfg::EXACT, RK, RD>(j0, len, d, rg, cl, [&](int r, int c, int64_t j, int x) {
-    dk_out[j * row_ld + x] = cuda::Acc<T>::store(dk[r][c]);
-    dv_out[j * row_ld + x] = cuda::Acc<T>::store(dv[r][c]);
+  T* dk_out = dk_base + g.offset(a.dk, pair);
+  T* dv_out = dv_base + g.offset(a.dv, pair);
+  for_tile_outputs<Cfg::EXACT, RK, RD>(j0, len_k, d, rg, cl, [&](int r, int c, int64_t j, int x) {
+    dk_out[j * a.dk.row + x] = cuda::Acc<T>::store(dk[r][c]);
+    dv_out[j * a.dv.row + x] = cuda::Acc<T>::store(dv[r][c]);
   });
 }
 
-void packed_attention_backward_cuda(const Tensor& dqkv, const Tensor& grad, const Tensor& qkv, const Tensor& mask,
-                                    const Tensor& stats, const Tensor& keep, int64_t heads, double scale,
-                                    double dropout_scale) {
-  constexpr const char* op = "packed_self_attention_backward";
-  cuda::DeviceGuard guard(qkv.device(), op);
-  const Geometry g = geometry_of(qkv, heads);
-  if (dqkv.numel() == 0) return;
-  if (g.d == 0) return;
-  EMBER_CHECK(g.d <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ", kMaxHeadDim, ", got ", g.d,
-              " (qkv of shape ", qkv.shape(), ", ", heads, " heads)");
-  EMBER_CHECK(qkv.is_contiguous() && grad.is_contiguous() && dqkv.is_contiguous() && stats.is_contiguous(), op,
-              ": qkv, grad, dqkv and stats must be contiguous");
+void attention_backward_cuda(const native::AttentionProblem& ap, const native::AttentionOperand& grad,
+                             const native::AttentionOperand& dq, const native::AttentionOperand& dk,
+                             const native::AttentionOperand& dv, const Tensor& stats, const Tensor& keep,
+                             double dropout_scale) {
+  constexpr const char* op = "attention_backward";
+  const Device dev = ap.q.data.device();
+  cuda::DeviceGuard guard(dev, op);
+  const Geometry g = geometry_of(ap, grad, op);
+  if (g.pairs() == 0 || g.len_q == 0 || g.len_k == 0 || g.d == 0) return;
+  EMBER_CHECK(g.d <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ", kMaxHeadDim, ", got ", g.d);
+  EMBER_CHECK(stats.is_contiguous(), op, ": stats must be contiguous");
   EMBER_CHECK(!keep.defined() || keep.is_contiguous(), op, ": the keep mask must be contiguous");
-  const DType dt = qkv.dtype();
-  EMBER_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f64, op, ": qkv must be f32, bf16 or f64, got ",
+  const DType dt = ap.q.data.dtype();
+  EMBER_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f64, op, ": q, k and v must be f32, bf16 or f64, got ",
               dtype_name(dt));
-  const MaskView mv = mask_view_of(mask, op);
+  const MaskView mv = mask_view_of(ap.mask, op);
   cuda::visit_device_type(dt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, __nv_bfloat16>) {
       using A = cuda::device_acc_t<T>;
-      BackwardArgs<A> args{mv, static_cast<const A*>(stats.raw_data()),
+      BackwardArgs<A> args{mv,
+                           static_cast<const A*>(stats.raw_data()),
                            keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr,
-                           A(scale), A(dropout_scale)};
-      const Tensor delta = empty({g.pairs() * g.len}, {dtype_of<A>::value, qkv.device()});
+                           pair_strides(dq),
+                           pair_strides(dk),
+                           pair_strides(dv),
+                           A(ap.scale),
+                           A(dropout_scale)};
+      const Tensor delta = empty({g.pairs() * g.len_q}, {dtype_of<A>::value, dev});
       A* delta_ptr = static_cast<A*>(delta.raw_data());
-      T* out = static_cast<T*>(dqkv.raw_data());
-      const T* go = static_cast<const T*>(grad.raw_data());
-      const T* x = static_cast<const T*>(qkv.raw_data());
+      const T* go = static_cast<const T*>(grad.data.raw_data());
+      const T* q = static_cast<const T*>(ap.q.data.raw_data());
+      const T* k = static_cast<const T*>(ap.k.data.raw_data());
+      const T* v = static_cast<const T*>(ap.v.data.raw_data());
       with_tiles<A>(g.d, [&](auto cfg) {
         using Cfg = decltype(cfg);
-        const int64_t q_blocks = g.pairs() * ((g.len + Cfg::BQ - 1) / Cfg::BQ);
-        const int64_t k_blocks = g.pairs() * ((g.len + Cfg::BK - 1) / Cfg::BK);
+        const int64_t q_blocks = g.pairs() * ((g.len_q + Cfg::BQ - 1) / Cfg::BQ);
+        const int64_t k_blocks = g.pairs() * ((g.len_k + Cfg::BK - 1) / Cfg::BK);
         EMBER_CHECK(q_blocks <= std::numeric_limits<int32_t>::max() && k_blocks <= std::numeric_limits<int32_t>::max(),
                     op, ": too many (batch, head, row tile) blocks");
         const size_t dq_bytes = dq_smem_elems<Cfg>(g.d) * sizeof(A);
         constexpr auto dq_kernel = attention_dq_kernel<T, A, Cfg>;
         allow_shared_memory<dq_kernel>(dq_smem_elems<Cfg>(Cfg::DMAX) * sizeof(A));
-        dq_kernel<<<unsigned(q_blocks), kThreads, dq_bytes, cuda::current_stream()>>>(out, delta_ptr, go, x, g, args);
+        dq_kernel<<<unsigned(q_blocks), kThreads, dq_bytes, cuda::current_stream()>>>(
+            static_cast<T*>(dq.data.raw_data()), delta_ptr, go, q, k, v, g, args);
         EMBER_CUDA_CHECK_LAUNCH();
         const size_t dkv_bytes = dkv_smem_elems<Cfg>(g.d) * sizeof(A);
         constexpr auto dkv_kernel = attention_dkv_kernel<T, A, Cfg>;
         allow_shared_memory<dkv_kernel>(dkv_smem_elems<Cfg>(Cfg::DMAX) * sizeof(A));
-        dkv_kernel<<<unsigned(k_blocks), kThreads, dkv_bytes, cuda::current_stream()>>>(out, delta_ptr, go, x, g,
-                                                                                         args);
+        dkv_kernel<<<unsigned(k_blocks), kThreads, dkv_bytes, cuda::current_stream()>>>(
+            static_cast<T*>(dk.data.raw_data()), static_cast<T*>(dv.data.raw_data()), delta_ptr, go, q, k, v, g, args);
         EMBER_CUDA_CHECK_LAUNCH();
       });
     }
@@ -325,6 +337,6 @@ void packed_attention_backward_cuda(const Tensor& dqkv, const Tensor& grad, cons
 
 }  // namespace
 
-EMBER_REGISTER_KERNEL(native::packed_attention_backward_stub, CUDA, &packed_attention_backward_cuda);
+EMBER_REGISTER_KERNEL(native::attention_backward_stub, CUDA, &attention_backward_cuda);
 
 }  // namespace ember

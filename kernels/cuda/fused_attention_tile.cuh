@@ -1,5 +1,5 @@
-// Pieces shared by the CUDA packed self-attention kernels (fused_attention.cu and
-// fused_attention_backward.cu): the head geometry inside qkv [B, L, 3E], the additive mask read
+// Pieces shared by the CUDA attention kernels (fused_attention.cu and
+// fused_attention_backward.cu): where each (batch, head) pair's rows lie, the additive mask read
 // through its broadcast strides, tile loads into shared memory and the tile sizes per head dim.
 //
 // Every kernel runs kThreads threads seen as a 16 x 16 grid (tile row group rg = tid / 16, column
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/native/fused.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_types.cuh"
@@ -29,22 +30,37 @@ constexpr int64_t kMaxHeadDim = 256;
 // Dynamic shared memory of every attention kernel (one declaration for all instantiations).
 extern __shared__ __align__(16) unsigned char attention_smem[];
 
-// Where pair `pair` = batch * heads + head finds its columns.
-struct Geometry {
-  int64_t batch, heads, len, e, d;
-  __host__ __device__ int64_t pairs() const { return batch * heads; }
-  // Element offset of row 0 of the pair's q columns in qkv (k and v follow at + e and + 2e).
-  __device__ int64_t qkv_offset(int64_t pair) const { return (pair / heads) * len * 3 * e + (pair % heads) * d; }
-  // Element offset of row 0 of the pair's columns in ctx / grad [B, L, E].
-  __device__ int64_t ctx_offset(int64_t pair) const { return (pair / heads) * len * e + (pair % heads) * d; }
+// Where one operand's pair starts (pair = outer * inner + n) and how far apart its rows are, in elements.
+struct PairStrides {
+  int64_t outer = 0, inner = 0, row = 0;
 };
 
-inline Geometry geometry_of(const Tensor& qkv, int64_t heads) {
-  const int64_t e = qkv.size(2) / 3;
-  return {qkv.size(0), heads, qkv.size(1), e, e / heads};
+struct Geometry {
+  int64_t n_pairs, inner, len_q, len_k, d;  // d: the head dim of q, k and v alike
+  bool causal;
+  PairStrides q, k, v, o;  // o: the output and its gradient
+  __host__ __device__ int64_t pairs() const { return n_pairs; }
+  __device__ int64_t offset(const PairStrides& s, int64_t pair) const {
+    return (pair / inner) * s.outer + (pair % inner) * s.inner;
+  }
+  // Whether key j takes part in query row i.
+  __device__ bool sees(int64_t i, int64_t j) const { return i < len_q && j < len_k && (!causal || j <= i); }
+  // The end of the keys any of query rows [i0, i0 + rows) sees.
+  __device__ int64_t key_end(int64_t i0, int rows) const {
+    return causal && i0 + rows < len_k ? i0 + rows : len_k;
+  }
+};
+
+inline PairStrides pair_strides(const native::AttentionOperand& o) { return {o.outer_stride, o.inner_stride, o.row_stride}; }
+
+// The CUDA kernels take one head dim for q, k and v (the caller runs the composition otherwise).
+inline Geometry geometry_of(const native::AttentionProblem& a, const native::AttentionOperand& out, const char* op) {
+  EMBER_CHECK(a.dim_qk == a.dim_v, op, ": the CUDA kernel takes one head dim for query, key and value, got ",
+              a.dim_qk, " and ", a.dim_v);
+  return {a.pairs(), a.inner, a.len_q, a.len_k, a.dim_qk, a.causal,
+          pair_strides(a.q), pair_strides(a.k), pair_strides(a.v), pair_strides(out)};
 }
 
-// The additive mask as [B, heads, L, L] through broadcast strides (in elements), any float dtype.
 struct MaskView {
   enum Kind : int { None = 0, F32 = 1, F64 = 2, BF16 = 3, F16 = 4 };
   const void* data = nullptr;
@@ -115,14 +131,14 @@ struct PairTile {
 };
 
 template <int ROWS, typename T>
-__device__ __forceinline__ PairTile<T> pair_tile(const Geometry& g, const T* qkv) {
-  const int64_t tiles = (g.len + ROWS - 1) / ROWS;
+__device__ __forceinline__ PairTile<T> pair_tile(const Geometry& g, int64_t len, const T* q, const T* k, const T* v) {
+  const int64_t tiles = (len + ROWS - 1) / ROWS;
   PairTile<T> t;
   t.pair = int64_t(blockIdx.x) / tiles;
   t.row0 = (int64_t(blockIdx.x) % tiles) * ROWS;
-  t.q = qkv + g.qkv_offset(t.pair);
-  t.k = t.q + g.e;
-  t.v = t.q + 2 * g.e;
+  t.q = q + g.offset(g.q, t.pair);
+  t.k = k + g.offset(g.k, t.pair);
+  t.v = v + g.offset(g.v, t.pair);
   return t;
 }
 

@@ -185,4 +185,75 @@ RefTensor packed_self_attention_backward(const RefTensor& g, const RefTensor& qk
   return out;
 }
 
+namespace {
+
+// softmax(q k^T * scale + mask) of every pair, [n, L, S]; causal entries take no part.
+RefTensor sdpa_probs(const RefTensor& q, const RefTensor& k, const RefTensor* mask, bool causal, double scale) {
+  const int64_t n = q.shape[0], lq = q.shape[1], lk = k.shape[1], e = q.shape[2];
+  const Shape shape{n, lq, lk};
+  RefTensor probs(shape);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < lq; ++i) {
+      std::vector<double> s(static_cast<size_t>(lk), -std::numeric_limits<double>::infinity());
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < lk; ++j) {
+        if (causal && j > i) continue;
+        double dot = 0;
+        for (int64_t c = 0; c < e; ++c) dot += q.at({b, i, c}) * k.at({b, j, c});
+        s[size_t(j)] = dot * scale + (mask ? mask->broadcast_at({b, i, j}, shape) : 0.0);
+        m = std::max(m, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < lk; ++j) sum += std::exp(s[size_t(j)] - m);
+      for (int64_t j = 0; j < lk; ++j) probs.at({b, i, j}) = std::exp(s[size_t(j)] - m) / sum;
+    }
+  return probs;
+}
+
+// a [n, r, c1] times b [n, c1, c2] per pair (ta / tb: use a's / b's last two dims swapped).
+RefTensor pair_product(const RefTensor& a, bool ta, const RefTensor& b, bool tb) {
+  const int64_t n = a.shape[0];
+  const int64_t rows = ta ? a.shape[2] : a.shape[1], inner = ta ? a.shape[1] : a.shape[2];
+  const int64_t cols = tb ? b.shape[1] : b.shape[2];
+  RefTensor out({n, rows, cols});
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        double acc = 0;
+        for (int64_t x = 0; x < inner; ++x)
+          acc += (ta ? a.at({p, x, i}) : a.at({p, i, x})) * (tb ? b.at({p, j, x}) : b.at({p, x, j}));
+        out.at({p, i, j}) = acc;
+      }
+  return out;
+}
+
+}  // namespace
+
+RefTensor scaled_dot_product_attention(const RefTensor& q, const RefTensor& k, const RefTensor& v, const RefTensor* mask,
+                                       bool causal, double scale, const RefTensor* keep, double p) {
+  return pair_product(drop(sdpa_probs(q, k, mask, causal, scale), keep, p), false, v, false);
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const RefTensor& g, const RefTensor& q, const RefTensor& k,
+                                                     const RefTensor& v, const RefTensor* mask, bool causal,
+                                                     double scale, const RefTensor* keep, double p) {
+  const RefTensor probs = sdpa_probs(q, k, mask, causal, scale);
+  AttentionGrads out;
+  out.dv = pair_product(drop(probs, keep, p), true, g, false);
+  // dS = scale P (dP - rowsum(dP P)) with dP = dropout_backward(dO V^T)
+  RefTensor ds = drop(pair_product(g, false, v, true), keep, p);
+  const int64_t rows = probs.shape[0] * probs.shape[1], lk = probs.shape[2];
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0;
+    for (int64_t j = 0; j < lk; ++j) dot += ds.data[size_t(r * lk + j)] * probs.data[size_t(r * lk + j)];
+    for (int64_t j = 0; j < lk; ++j) {
+      double& d = ds.data[size_t(r * lk + j)];
+      d = probs.data[size_t(r * lk + j)] * (d - dot) * scale;
+    }
+  }
+  out.dq = pair_product(ds, false, k, false);
+  out.dk = pair_product(ds, true, q, false);
+  return out;
+}
+
 }  // namespace ember::reference

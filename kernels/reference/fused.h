@@ -41,4 +41,16 @@ RefTensor packed_self_attention(const RefTensor& qkv, int64_t heads, const RefTe
 RefTensor packed_self_attention_backward(const RefTensor& g, const RefTensor& qkv, int64_t heads, const RefTensor* mask,
                                          const RefTensor* keep, double p);
 
+// scaled_dot_product_attention over n pairs: q [n, L, E], k [n, S, E], v [n, S, Ev] (the batch
+// dims broadcast and flattened by the caller); mask additive, broadcasting to [n, L, S], or null;
+// causal drops key j from row i when j > i; keep [n, L, S] as above. Result [n, L, Ev].
+RefTensor scaled_dot_product_attention(const RefTensor& q, const RefTensor& k, const RefTensor& v, const RefTensor* mask,
+                                       bool causal, double scale, const RefTensor* keep, double p);
+struct AttentionGrads {
+  RefTensor dq, dk, dv;
+};
+AttentionGrads scaled_dot_product_attention_backward(const RefTensor& g, const RefTensor& q, const RefTensor& k,
+                                                     const RefTensor& v, const RefTensor* mask, bool causal,
+                                                     double scale, const RefTensor* keep, double p);
+
 }  // namespace ember::reference

@@ -1,10 +1,10 @@
-// CUDA packed self-attention (native::packed_attention_stub and its backward) against the
+// CUDA packed self-attention (native::attention_stub and its backward, through
+// native::packed_self_attention) against the
 // double reference: head dims with exact tiles (32, 64, 128), below and between them (16, 72)
 // and up to the 256 limit, lengths of one, inside one tile, exactly one or two tiles and just
 // past them, no mask, a padding mask [B, 1, 1, L] with -inf keys and a full [B, heads, L, L]
 // mask, with and without dropout, in f32, bf16 and f64. The keep mask must equal the CPU's bit
-// for bit; stats are compared with the CPU kernel's. Outputs start out poisoned (NaN) so that an
-// element the kernel never wrote shows. Every test skips without a CUDA device.
+// for bit; stats are compared with the CPU kernel's. Every test skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -53,45 +53,19 @@ Tensor make_mask(MaskKind kind, int64_t b, int64_t heads, int64_t len, DType dt)
   return from_vector(m, {b, 1, 1, len}).to(dt);
 }
 
-// The dropout a run with generator state `st` draws (inactive for p == 0).
-native::FusedDropout dropout_of(double p, const GeneratorState& st) {
-  native::FusedDropout d;
-  if (p == 0.0) return d;
-  d.p = p;
-  d.scale = 1.0 / (1.0 - p);
-  d.state = st;
-  return d;
-}
+using GpuForward = native::PackedAttentionResult;
 
-struct GpuForward {
-  Tensor ctx, stats, keep;
-};
-
-// The CUDA forward with poisoned outputs; qkv and mask on the host.
+// The CUDA forward, drawing the dropout from generator state `st`; qkv and mask on the host.
 GpuForward gpu_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale, double p,
                        const GeneratorState& st) {
-  const int64_t b = qkv.size(0), len = qkv.size(1), e = qkv.size(2) / 3;
-  const Shape scores{b, heads, len, len};
-  const DType cd = native::fused_compute_dtype(qkv.dtype());
-  GpuForward r;
-  r.ctx = full({b, len, e}, kNaN, {qkv.dtype(), kGpu});
-  r.stats = full({b * heads * len, 2}, kNaN, {cd, kGpu});
-  if (p > 0) r.keep = full(scores, 1.0, {DType::boolean, kGpu});
-  const Tensor m = mask.defined() ? mask.to(kGpu).expand(scores) : Tensor();
-  native::packed_attention_stub.call(kGpu, "packed_self_attention")(r.ctx, r.stats, r.keep, qkv.to(kGpu), m, heads,
-                                                                     scale, dropout_of(p, st));
-  return r;
+  Generator gen(0);
+  gen.set_state(st);
+  return native::packed_self_attention(qkv.to(kGpu), heads, mask.defined() ? mask.to(kGpu) : Tensor(), scale, p, gen);
 }
 
-// The CUDA backward into a poisoned dqkv.
-Tensor gpu_backward(const Tensor& grad, const Tensor& qkv, int64_t heads, const Tensor& mask, const GpuForward& fw,
-                    double scale, double p) {
-  const int64_t b = qkv.size(0), len = qkv.size(1);
-  const Tensor dqkv = full(qkv.shape(), kNaN, {qkv.dtype(), kGpu});
-  const Tensor m = mask.defined() ? mask.to(kGpu).expand({b, heads, len, len}) : Tensor();
-  native::packed_attention_backward_stub.call(kGpu, "packed_self_attention_backward")(
-      dqkv, grad.to(kGpu), qkv.to(kGpu), m, fw.stats, fw.keep, heads, scale, p > 0 ? 1.0 / (1.0 - p) : 1.0);
-  return dqkv;
+// The CUDA backward.
+Tensor gpu_backward(const Tensor& grad, const GpuForward& fw, double p) {
+  return native::packed_self_attention_backward(grad.to(kGpu), fw.saved, p > 0 ? 1.0 / (1.0 - p) : 1.0);
 }
 
 double max_abs(const RefTensor& t) {
@@ -153,7 +127,7 @@ TEST(CudaPackedAttention, ForwardAndBackwardMatchReference) {
           const RefTensor keep = reference::dropout_mask({b, heads, k.len, k.len}, p, st);
           const RefTensor* kp = p > 0 ? &keep : nullptr;
           if (p > 0) {
-            EXPECT_TRUE(all_close(fw.keep.to(Device::cpu()).to(DType::f64), keep, 0.0, 0.0)) << "keep mask";
+            EXPECT_TRUE(all_close(fw.saved.keep.to(Device::cpu()).to(DType::f64), keep, 0.0, 0.0)) << "keep mask";
           }
 
           const bool narrow = dt == DType::bf16;
@@ -167,10 +141,10 @@ TEST(CudaPackedAttention, ForwardAndBackwardMatchReference) {
           const native::PackedAttentionResult cpu =
               native::packed_self_attention(qkv, heads, mask, scale, p, gen);
           const double stol = dt == DType::f64 ? 1e-9 : 1e-4;
-          EXPECT_TRUE(all_close(fw.stats, cpu.saved.stats, stol, stol)) << "stats";
+          EXPECT_TRUE(all_close(fw.saved.stats, cpu.saved.stats, stol, stol)) << "stats";
 
           const Tensor g = random_tensor({b, k.len, e}, dt);
-          const Tensor dqkv = gpu_backward(g, qkv, heads, mask, fw, scale, p);
+          const Tensor dqkv = gpu_backward(g, fw, p);
           const RefTensor gwant =
               reference::packed_self_attention_backward(reference::from_tensor(g), rqkv, heads, pm, kp, p);
           const double gtol = narrow ? 6 * tolerance(dt) : 50 * tolerance(dt);
@@ -208,12 +182,12 @@ TEST(CudaPackedAttention, MaskedAndNaNRowsMatchTheCpuKernel) {
       const native::PackedAttentionResult cpu = native::packed_self_attention(qkv, heads, mask, scale, 0.0, gen);
       const double tol = dt == DType::bf16 ? 3 * tolerance(dt) : 20 * tolerance(dt);
       EXPECT_TRUE(all_close(fw.ctx, cpu.ctx, tol, tol)) << "ctx";
-      EXPECT_TRUE(all_close(fw.stats, cpu.saved.stats, 1e-4, 1e-4)) << "stats";
-      const double max_of_masked = fw.stats.to(Device::cpu()).to(DType::f64).to_vector<double>()[size_t(2 * (1 * len + 3))];
+      EXPECT_TRUE(all_close(fw.saved.stats, cpu.saved.stats, 1e-4, 1e-4)) << "stats";
+      const double max_of_masked = fw.saved.stats.to(Device::cpu()).to(DType::f64).to_vector<double>()[size_t(2 * (1 * len + 3))];
       EXPECT_EQ(max_of_masked, -kInf);
 
       const Tensor g = random_tensor({b, len, e}, dt);
-      const Tensor dqkv = gpu_backward(g, qkv, heads, mask, fw, scale, 0.0);
+      const Tensor dqkv = gpu_backward(g, fw, 0.0);
       const Tensor want = native::packed_self_attention_backward(g, cpu.saved, 1.0);
       const double gtol = dt == DType::bf16 ? 6 * tolerance(dt) : 50 * tolerance(dt);
       EXPECT_TRUE(all_close(dqkv, want, gtol, gtol)) << "dqkv";
@@ -233,9 +207,9 @@ TEST(CudaPackedAttention, BackwardIsDeterministic) {
   const Tensor g = random_tensor({b, len, e});
   const GeneratorState st{11, 4};
   const GpuForward fw = gpu_forward(qkv, heads, mask, scale, 0.1, st);
-  const Tensor first = gpu_backward(g, qkv, heads, mask, fw, scale, 0.1).to(Device::cpu());
+  const Tensor first = gpu_backward(g, fw, 0.1).to(Device::cpu());
   for (int run = 0; run < 3; ++run) {
-    const Tensor again = gpu_backward(g, qkv, heads, mask, fw, scale, 0.1).to(Device::cpu());
+    const Tensor again = gpu_backward(g, fw, 0.1).to(Device::cpu());
     EXPECT_EQ(again.to_vector<float>(), first.to_vector<float>());
   }
   const GpuForward fw2 = gpu_forward(qkv, heads, mask, scale, 0.1, st);
@@ -245,9 +219,6 @@ TEST(CudaPackedAttention, BackwardIsDeterministic) {
 TEST(CudaPackedAttention, HeadDimAbove256IsRejected) {
   if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   const Tensor qkv = zeros({1, 3, 3 * 300}, {DType::f32, kGpu});
-  const Tensor ctx = full({1, 3, 300}, kNaN, {DType::f32, kGpu});
-  const Tensor stats = full({3, 2}, kNaN, {DType::f32, kGpu});
-  EXPECT_EMBER_ERROR(native::packed_attention_stub.call(kGpu, "packed_self_attention")(ctx, stats, Tensor(), qkv,
-                                                                                        Tensor(), 1, 0.1, {}),
-                     "packed_self_attention", "head dims up to 256", "300");
+  EXPECT_EMBER_ERROR(native::packed_self_attention(qkv, 1, Tensor(), 0.1, 0.0), "attention", "head dims up to 256",
+                     "300");
 }

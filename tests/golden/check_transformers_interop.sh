@@ -3,7 +3,8 @@
 # checkpoints loaded by Ember, is tests/nn/test_bert_golden.cpp on the committed
 # tests/golden/bert/ files): Ember trains both golden models three AdamW steps and saves them
 # with save_pretrained, then transformers loads them with from_pretrained and must reproduce
-# Ember's logits (make_bert_golden.py --verify). Then two processes train the MLM model under
+# Ember's logits (make_bert_golden.py --verify); the same for GPT-2 (test_gpt2_golden's export,
+# make_gpt2_golden.py --verify). Then two processes train the MLM model under
 # FULL_SHARD through `ember launch --use_fsdp` and save_state a sharded checkpoint;
 # `ember merge-weights` turns its shard files into one model.safetensors, which transformers
 # must load and reproduce the sharded job's logits with.
@@ -24,6 +25,8 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/ember_interop.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 EMBER_BERT_EXPORT_DIR="$out" "$build/tests/test_bert_golden" --gtest_filter='*ExportForPythonVerify*' --gtest_brief=1
 "$python" "$here/make_bert_golden.py" --verify "$out"
+EMBER_GPT2_EXPORT_DIR="$out/gpt2" "$build/tests/test_gpt2_golden" --gtest_filter='*ExportForPythonVerify*' --gtest_brief=1
+"$python" "$here/make_gpt2_golden.py" --verify "$out/gpt2"
 "$build/bin/ember" launch --num_processes 2 --use_fsdp --fsdp_sharding_strategy FULL_SHARD \
   --fsdp_transformer_layer_cls_to_wrap BertLayer \
   "$build/tests/programs/sharded_bert_export" "$here/bert" "$out/sharded"

@@ -149,6 +149,9 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
       one_input([mask](const Tensor& x) { return scaled_masked_softmax(x, mask, 0.5); }, random_leaf({2, 3}));
   c["packed_self_attention"] =
       one_input([](const Tensor& qkv) { return packed_self_attention(qkv, 2); }, random_leaf({1, 3, 6}));
+  c["scaled_dot_product_attention"] = {
+      [](const V& in) { return V{scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0.0, true)}; },
+      {random_leaf({2, 3, 2}), random_leaf({2, 4, 2}), random_leaf({1, 4, 3})}};
   return c;
 }
 
