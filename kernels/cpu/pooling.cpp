@@ -129,10 +129,18 @@ void max_pool_backward_planes(T* grad_in, const T* grad_out, const int64_t* indi
   });
 }
 
+// The average windows of every output of one dim, the same for all planes (computed once: the
+// adaptive ones take integer divisions).
+std::vector<kernels::AvgWindow> avg_windows(const PoolDim& d, const Pool2dGeometry& g) {
+  std::vector<kernels::AvgWindow> w(static_cast<size_t>(d.out));
+  for (int64_t o = 0; o < d.out; ++o) w[size_t(o)] = avg_window(d, o, g.adaptive, g.count_include_pad);
+  return w;
+}
+
 template <typename T>
 void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
   using A = acc_t<T>;
-  const PoolDim dh = pool_dim_h(g), dw = pool_dim_w(g);
+  const auto rows = avg_windows(pool_dim_h(g), g), cols = avg_windows(pool_dim_w(g), g);
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<A> column_sums(size_t(g.in_w));
@@ -140,7 +148,7 @@ void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
     for (int64_t p = begin; p < end; ++p) {
       const T* in = x + p * in_plane;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        const auto wh = avg_window(dh, oh, g.adaptive, g.count_include_pad);
+        const auto& wh = rows[size_t(oh)];
         std::fill(column_sums.begin(), column_sums.end(), A(0));
         for (int64_t ih = wh.begin; ih < wh.end; ++ih) {
           const T* row = in + ih * g.in_w;
@@ -148,7 +156,7 @@ void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
         }
         T* o = out + p * out_plane + oh * g.out_w;
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const auto ww = avg_window(dw, ow, g.adaptive, g.count_include_pad);
+          const auto& ww = cols[size_t(ow)];
           A s = 0;
           for (int64_t iw = ww.begin; iw < ww.end; ++iw) s += cs[iw];
           o[ow] = T(s / A(wh.count * ww.count));
@@ -161,16 +169,16 @@ void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
 template <typename T>
 void avg_pool_backward_planes(T* grad_in, const T* grad_out, const Pool2dGeometry& g) {
   using A = acc_t<T>;
-  const PoolDim dh = pool_dim_h(g), dw = pool_dim_w(g);
+  const auto rows = avg_windows(pool_dim_h(g), g), cols = avg_windows(pool_dim_w(g), g);
   const int64_t out_plane = g.out_h * g.out_w;
   accumulate_planes(grad_in, g, [&](int64_t p, A* acc, A* spread) {
     // one row of the windows' shares, added to every input row the windows cover (separable)
     const T* go = grad_out + p * out_plane;
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      const auto wh = avg_window(dh, oh, g.adaptive, g.count_include_pad);
+      const auto& wh = rows[size_t(oh)];
       std::fill(spread, spread + g.in_w, A(0));
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        const auto ww = avg_window(dw, ow, g.adaptive, g.count_include_pad);
+        const auto& ww = cols[size_t(ow)];
         const A share = A(go[oh * g.out_w + ow]) / A(wh.count * ww.count);
         for (int64_t iw = ww.begin; iw < ww.end; ++iw) spread[iw] += share;
       }
