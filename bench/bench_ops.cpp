@@ -11,6 +11,10 @@
 //   BM_RmsNormFwdBwd        rms_norm over 1024 of [2048, 1024], with weight, forward then backward
 //   BM_Gelu                 exact gelu over 4M elements                     read x, write y
 //   BM_BroadcastAdd         [2048, 1024] + [1024]                           read both, write y
+//   BM_MaxPool2dFwdBwd      max_pool2d 2x2 of [128, 32, 28, 28], forward then backward
+//                           read x, write y and i64 indices; read dy and indices, write dx
+//   BM_AdaptiveAvgPool2dFwdBwd  adaptive_avg_pool2d of [128, 32, 28, 28] to 14x14 (2x2
+//                           windows), forward then backward   read x, write y; read dy, write dx
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -122,6 +126,32 @@ void BM_BroadcastAdd(benchmark::State& state) {
   count_bytes(state, (2.0 * double(a.numel()) + double(b.numel())) * kF32);
 }
 
+// A CNN-sized pooling layer, forward then backward, moving `bytes_per_input` f32 words per
+// element of x.
+template <typename Pool>
+void pool_forward_backward(benchmark::State& state, const Pool& pool, double bytes_per_input) {
+  use_threads(state);
+  ember::Tensor x = ember::randn({128, 32, 28, 28}).requires_grad_();
+  const ember::Tensor dy = ember::randn({128, 32, 14, 14});
+  for (auto _ : state) {
+    ember::Tensor y = pool(x);
+    y.backward(dy);
+    benchmark::DoNotOptimize(x.grad().raw_data());
+    x.set_grad(ember::Tensor());
+  }
+  count_bytes(state, bytes_per_input * double(x.numel()) * kF32);
+}
+
+void BM_MaxPool2dFwdBwd(benchmark::State& state) {
+  // x + y/4 + indices/4 (i64: twice an f32), then dy/4 + indices/4 + dx
+  pool_forward_backward(state, [](const ember::Tensor& x) { return ember::max_pool2d(x, {2}); }, 3.5);
+}
+
+void BM_AdaptiveAvgPool2dFwdBwd(benchmark::State& state) {
+  // x + y/4, then dy/4 + dx
+  pool_forward_backward(state, [](const ember::Tensor& x) { return ember::adaptive_avg_pool2d(x, {14}); }, 2.5);
+}
+
 void threads(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
@@ -135,6 +165,8 @@ BENCHMARK(BM_GroupNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_RmsNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_Gelu)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
+BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);
+BENCHMARK(BM_AdaptiveAvgPool2dFwdBwd)->Apply(threads);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

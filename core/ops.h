@@ -33,6 +33,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approx = false);  // exact erf form by default
+Tensor silu(const Tensor& x);                             // x * sigmoid(x)
 Tensor abs(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
@@ -89,6 +90,18 @@ Tensor dropout(const Tensor& x, double p, bool training);
 // logits [N, C] or [N, C, d1...]; target class indices (i64) of shape [N] or [N, d1...].
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
+
+// ---- pooling over the last two dims of [N, C, H, W] or [C, H, W] input (PyTorch semantics).
+// A one-number size {k} means {k, k}; an empty stride means stride = kernel_size. ceil_mode
+// rounds the output size up, keeping only windows that start inside the input or left padding.
+// max_pool2d: NaN counts as the maximum; ties go to the first maximum in row-major window order.
+Tensor max_pool2d(const Tensor& input, const Shape& kernel_size, const Shape& stride = {},
+                  const Shape& padding = {0, 0}, const Shape& dilation = {1, 1}, bool ceil_mode = false);
+// count_include_pad: divide by the window clipped to the padded input (true) or to the input (false).
+Tensor avg_pool2d(const Tensor& input, const Shape& kernel_size, const Shape& stride = {},
+                  const Shape& padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
+// Output cell i of a dim of size n -> m averages input [floor(i n / m), ceil((i + 1) n / m)).
+Tensor adaptive_avg_pool2d(const Tensor& input, const Shape& output_size);
 
 // ---- joining, splitting, indexing
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

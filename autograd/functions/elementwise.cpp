@@ -217,6 +217,8 @@ Tensor gelu(const Tensor& x, bool tanh_approx) {
   return unary_op("GeluBackward", tanh_approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, x);
 }
 
+Tensor silu(const Tensor& x) { return unary_op("SiluBackward", UnaryOp::Silu, x); }
+
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   EMBER_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be given");
   const double inf = std::numeric_limits<double>::infinity();

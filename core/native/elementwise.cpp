@@ -52,6 +52,7 @@ const char* op_name(UnaryOp op) {
     case UnaryOp::Relu: return "relu";
     case UnaryOp::Gelu: return "gelu";
     case UnaryOp::GeluTanh: return "gelu";
+    case UnaryOp::Silu: return "silu";
     case UnaryOp::Abs: return "abs";
     case UnaryOp::PowScalar: return "pow";
     case UnaryOp::Clamp: return "clamp";

@@ -5,7 +5,7 @@
 // Dtype rules (PyTorch's): two tensors promote with promote_types; `div` of integers is true
 // division into float32; a scalar keeps the tensor's dtype, except that a non-integral scalar
 // with an integer tensor gives float32 (a double cannot tell 2 from 2.0, so integral values stay
-// integral). Transcendental unary ops (exp, log, sqrt, rsqrt, tanh, sigmoid, gelu) and pow turn
+// integral). Transcendental unary ops (exp, log, sqrt, rsqrt, tanh, sigmoid, gelu, silu) and pow turn
 // integer input into float32.
 #pragma once
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace ember::native {
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
 enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Abs,
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Abs,
   PowScalar,  // x ^ p.a
   Clamp,      // min(max(x, p.a), p.b); absent bounds are -inf / +inf
 };

@@ -11,6 +11,7 @@
 #include "core/native/linalg.h"
 #include "core/native/nn_functional.h"
 #include "core/native/normalization.h"
+#include "core/native/pooling.h"
 #include "core/native/random.h"
 #include "core/native/reduce.h"
 

@@ -28,6 +28,7 @@
 #include "nn/layers/basic.h"
 #include "nn/layers/containers.h"
 #include "nn/layers/normalization.h"
+#include "nn/layers/pooling.h"
 #include "nn/losses.h"
 #include "nn/models/bert.h"
 #include "nn/models/gpt2.h"

@@ -96,6 +96,12 @@ template <typename A> EMBER_VEC_INLINE A normal_cdf(A x) {
 }
 
 template <typename A> EMBER_VEC_INLINE A sigmoid_of(A x) { return A(1) / (A(1) + exp_of(-x)); }
+// silu: x sigmoid(x); derivative s (1 + x (1 - s)) with s = sigmoid(x).
+template <typename A> EMBER_VEC_INLINE A silu_of(A x) { return x * sigmoid_of(x); }
+template <typename A> EMBER_VEC_INLINE A silu_grad(A x) {
+  const A s = sigmoid_of(x);
+  return s * (A(1) + x * (A(1) - s));
+}
 
 // tanh-form gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <typename A> EMBER_VEC_INLINE A gelu_tanh_of(A x) {
@@ -131,6 +137,7 @@ EMBER_VEC_INLINE A forward_fn(A v, A a, A b) {
   else if constexpr (F == Fn::Relu) return v < A(0) ? A(0) : v;  // NaN stays NaN
   else if constexpr (F == Fn::Gelu) return gelu_of(v);
   else if constexpr (F == Fn::GeluTanh) return gelu_tanh_of(v);
+  else if constexpr (F == Fn::Silu) return silu_of(v);
   else if constexpr (F == Fn::Abs) return std::abs(v);
   else if constexpr (F == Fn::Identity) return v;
   else if constexpr (F == Fn::Square) return v * v;
@@ -156,6 +163,7 @@ EMBER_VEC_INLINE A backward_fn(A g, A s, A a, A b) {
   else if constexpr (F == Fn::Relu) return s > A(0) ? g : A(0);
   else if constexpr (F == Fn::Gelu) return g * gelu_grad(s);
   else if constexpr (F == Fn::GeluTanh) return g * gelu_tanh_grad(s);
+  else if constexpr (F == Fn::Silu) return g * silu_grad(s);
   else if constexpr (F == Fn::Abs) return s > A(0) ? g : (s < A(0) ? -g : A(0));
   else if constexpr (F == Fn::Identity) return g;
   else if constexpr (F == Fn::Square) return A(2) * g * s;

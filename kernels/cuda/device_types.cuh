@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -43,6 +44,19 @@ decltype(auto) visit_device_type(DType t, const char* op, F&& fn) {
     case DType::boolean: return fn(type_tag<bool>{});
   }
   EMBER_FAIL(op, ": unknown dtype");
+}
+
+// visit_device_type for the floating types only; others raise naming `op`.
+template <typename F>
+void visit_device_floating(DType t, const char* op, F&& fn) {
+  visit_device_type(t, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+      fn(tag);
+    } else {
+      EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(t));
+    }
+  });
 }
 
 }  // namespace ember::cuda

@@ -21,19 +21,6 @@ template <typename T>
 constexpr bool is_device_float_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
                                    std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
-// Runtime floating dtype -> device element type (as visit_device_type), failing on other dtypes.
-template <typename F>
-void visit_float_type(DType dt, const char* op, F&& fn) {
-  visit_device_type(dt, op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_device_float_v<T>) {
-      fn(tag);
-    } else {
-      EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(dt));
-    }
-  });
-}
-
 // The data of an optional operand as P*, or null when it is undefined.
 template <typename P>
 P* data_or_null(const Tensor& t) {

@@ -41,6 +41,11 @@ template <typename A> __device__ __forceinline__ A gelu_tanh_grad(A x) {
   const A dinner = A(0.79788456080286535588) * (A(1) + A(3) * A(0.044715) * x2);
   return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * dinner;
 }
+// d/dx x sigmoid(x) = s (1 + x (1 - s)), s = sigmoid(x)
+template <typename A> __device__ __forceinline__ A silu_grad(A x) {
+  const A s = A(1) / (A(1) + d_exp(-x));
+  return s * (A(1) + x * (A(1) - s));
+}
 // d/dx x Phi(x) = Phi(x) + x phi(x)
 template <typename A> __device__ __forceinline__ A gelu_grad(A x) {
   return normal_cdf(x) + x * A(0.39894228040143267794) * d_exp(A(-0.5) * x * x);
@@ -74,6 +79,7 @@ __device__ __forceinline__ A apply_forward(Fn f, A v, A a, A b) {
       case Fn::Sigmoid: return A(1) / (A(1) + d_exp(-v));
       case Fn::Gelu: return v * normal_cdf(v);
       case Fn::GeluTanh: return gelu_tanh_of(v);
+      case Fn::Silu: return v / (A(1) + d_exp(-v));
       case Fn::Pow: return d_pow(v, a);
       default: break;
     }
@@ -96,6 +102,7 @@ __device__ __forceinline__ A apply_backward(Fn f, A g, A s, A a, A b) {
     case Fn::Relu: return s > A(0) ? g : A(0);
     case Fn::Gelu: return g * gelu_grad(s);
     case Fn::GeluTanh: return g * gelu_tanh_grad(s);
+    case Fn::Silu: return g * silu_grad(s);
     case Fn::Abs: return s > A(0) ? g : (s < A(0) ? -g : A(0));
     case Fn::Identity: return g;
     case Fn::Square: return A(2) * g * s;

@@ -7,7 +7,6 @@
 // views, go element by element. 16-bit types compute in float, f64 in double; the output is a
 // product x * (keep ? scale : 0), so NaN and inf stay visible as on the CPU.
 #include <cstdint>
-#include <type_traits>
 
 #include "core/native/nn_functional.h"
 #include "kernels/cuda/cuda_runtime.h"
@@ -91,26 +90,13 @@ __global__ void dropout_backward_kernel(T* gi, const T* go, const uint8_t* mask,
   }
 }
 
-template <typename F>
-void visit_float(DType dt, const char* op, F&& fn) {
-  cuda::visit_device_type(dt, op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, __half> ||
-                  std::is_same_v<T, __nv_bfloat16>) {
-      fn(tag);
-    } else {
-      EMBER_FAIL(op, ": expected a floating-point tensor, got ", dtype_name(dt));
-    }
-  });
-}
-
 void dropout_cuda(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale, GeneratorState st) {
   cuda::DeviceGuard guard(out.device(), "dropout");
   const int64_t n = x.numel();
   if (n == 0) return;
   const uint32_t threshold = cuda::dropout_threshold(p);
   const cudaStream_t stream = cuda::current_stream();
-  visit_float(x.dtype(), "dropout", [&](auto tag) {
+  cuda::visit_device_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = cuda::device_acc_t<T>;
     T* po = static_cast<T*>(out.raw_data());
@@ -128,7 +114,7 @@ void dropout_backward_cuda(const Tensor& grad_in, const Tensor& grad_out, const 
   const int64_t n = grad_out.numel();
   if (n == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  visit_float(grad_out.dtype(), "dropout_backward", [&](auto tag) {
+  cuda::visit_device_floating(grad_out.dtype(), "dropout_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = cuda::device_acc_t<T>;
     T* pi = static_cast<T*>(grad_in.raw_data());

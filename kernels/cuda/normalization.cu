@@ -30,7 +30,7 @@ using native::SoftmaxGeometry;
 
 constexpr int kThreads = 256;  // column kernels
 
-// row teams, reductions and launch_rows (row_reduce.cuh); is_device_float_v (dtype_io.cuh)
+// row teams, reductions and launch_rows (row_reduce.cuh); visit_device_floating (device_types.cuh)
 using namespace cuda;
 
 template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
@@ -214,7 +214,7 @@ void softmax_cuda(const Tensor& out, const Tensor& x, const SoftmaxGeometry& g, 
   cuda::DeviceGuard guard(out.device(), name);
   if (g.outer == 0 || g.len == 0 || g.inner == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  visit_float_type(x.dtype(), name, [&](auto tag) {
+  cuda::visit_device_floating(x.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* po = static_cast<T*>(out.raw_data());
     const T* px = static_cast<const T*>(x.raw_data());
@@ -236,7 +236,7 @@ void softmax_backward_cuda(const Tensor& grad_in, const Tensor& grad_out, const 
   cuda::DeviceGuard guard(grad_in.device(), name);
   if (g.outer == 0 || g.len == 0 || g.inner == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  visit_float_type(y.dtype(), name, [&](auto tag) {
+  cuda::visit_device_floating(y.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* pi = static_cast<T*>(grad_in.raw_data());
     const T* pg = static_cast<const T*>(grad_out.raw_data());
@@ -259,7 +259,7 @@ void layer_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
   cuda::DeviceGuard guard(y.device(), "layer_norm");
   if (rows == 0 || cols == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  visit_float_type(x.dtype(), "layer_norm", [&](auto tag) {
+  cuda::visit_device_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = cuda::device_acc_t<T>;
     T* py = static_cast<T*>(y.raw_data());
@@ -283,7 +283,7 @@ void layer_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Ten
   cuda::DeviceGuard guard(any.device(), "layer_norm_backward");
   if (cols == 0) return;
   const cudaStream_t stream = cuda::current_stream();
-  visit_float_type(x.dtype(), "layer_norm_backward", [&](auto tag) {
+  cuda::visit_device_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = cuda::device_acc_t<T>;
     const T* pg = static_cast<const T*>(grad.raw_data());

@@ -103,7 +103,7 @@ __global__ void backward_elemt_kernel(T* dx, const T* dy, const T* x, const devi
 void batch_norm_stats_cuda(const Tensor& sum, const Tensor& sumsq, const Tensor& x, const ChannelGeometry& g) {
   DeviceGuard guard(x.device(), "batch_norm_stats");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "batch_norm_stats", [&](auto tag) {
+  visit_device_floating(x.dtype(), "batch_norm_stats", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x.raw_data());
     channel_pair_sums_kernel<T><<<grid_for(g.c * kBlockRowThreads, kBlockRowThreads), kBlockRowThreads, 0, stream>>>(
@@ -133,7 +133,7 @@ void batch_norm_elemt_cuda(const Tensor& y, const Tensor& x, const Tensor& mean,
                            const Tensor& weight, const Tensor& bias, const ChannelGeometry& g) {
   DeviceGuard guard(x.device(), "batch_norm");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "batch_norm", [&](auto tag) {
+  visit_device_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     elemt_kernel<T><<<grid_for(x.numel(), kThreads), kThreads, 0, stream>>>(
@@ -147,7 +147,7 @@ void batch_norm_backward_reduce_cuda(const Tensor& sum_dy, const Tensor& sum_dy_
                                      const Tensor& x, const Tensor& mean, const ChannelGeometry& g) {
   DeviceGuard guard(x.device(), "batch_norm_backward");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  visit_device_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     channel_pair_sums_kernel<T><<<grid_for(g.c * kBlockRowThreads, kBlockRowThreads), kBlockRowThreads, 0, stream>>>(
@@ -162,7 +162,7 @@ void batch_norm_backward_elemt_cuda(const Tensor& dx, const Tensor& dy, const Te
                                     const Tensor& sum_dy_xmu, const Tensor& count, const ChannelGeometry& g) {
   DeviceGuard guard(x.device(), "batch_norm_backward");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  visit_device_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     backward_elemt_kernel<T><<<grid_for(x.numel(), kThreads), kThreads, 0, stream>>>(

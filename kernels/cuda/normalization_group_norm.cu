@@ -132,7 +132,7 @@ void group_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
                      const Tensor& bias, const ChannelGeometry& g, int64_t groups, double eps) {
   DeviceGuard guard(x.device(), "group_norm");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "group_norm", [&](auto tag) {
+  visit_device_floating(x.dtype(), "group_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     const int64_t rows = g.n * groups, cg = g.c / groups;
@@ -149,7 +149,7 @@ void group_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Ten
                               const ChannelGeometry& g, int64_t groups) {
   DeviceGuard guard(x.device(), "group_norm_backward");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "group_norm_backward", [&](auto tag) {
+  visit_device_floating(x.dtype(), "group_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     const int64_t planes = g.n * g.c, rows = g.n * groups, cg = g.c / groups;

@@ -82,7 +82,7 @@ void rms_norm_cuda(const Tensor& y, const Tensor& rstd, const Tensor& x, const T
                    int64_t cols, double eps) {
   DeviceGuard guard(x.device(), "rms_norm");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "rms_norm", [&](auto tag) {
+  visit_device_floating(x.dtype(), "rms_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     launch_rows(rows, cols, [&](auto block, unsigned grid, int threads) {
@@ -97,7 +97,7 @@ void rms_norm_backward_cuda(const Tensor& dx, const Tensor& dweight, const Tenso
                             const Tensor& rstd, const Tensor& weight, int64_t rows, int64_t cols) {
   DeviceGuard guard(x.device(), "rms_norm_backward");
   const cudaStream_t stream = current_stream();
-  visit_float_type(x.dtype(), "rms_norm_backward", [&](auto tag) {
+  visit_device_floating(x.dtype(), "rms_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = device_acc_t<T>;
     const T* pg = data_or_null<const T>(dy);

@@ -100,6 +100,9 @@ RefTensor relu(const RefTensor& x) {
 RefTensor gelu(const RefTensor& x, bool tanh_approx) {
   return elementwise_map(x, tanh_approx ? gelu_tanh : gelu_erf);
 }
+RefTensor silu(const RefTensor& x) {
+  return elementwise_map(x, [](double v) { return v / (1.0 + std::exp(-v)); });
+}
 RefTensor abs(const RefTensor& x) { return elementwise_map(x, [](double v) { return std::fabs(v); }); }
 RefTensor clamp(const RefTensor& x, double min, double max) {
   return elementwise_map(x, [min, max](double v) {
@@ -165,6 +168,11 @@ RefTensor unary_derivative(const std::string& op, const RefTensor& x, double p0,
       const double k = std::sqrt(2.0 / kPi), c = 0.044715;
       const double t = std::tanh(k * (v + c * v * v * v));
       return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * c * v * v);
+    };
+  else if (op == "silu")
+    d = [](double v) {
+      const double s = 1.0 / (1.0 + std::exp(-v));
+      return s * (1.0 + v * (1.0 - s));
     };
   else if (op == "abs") d = [](double v) { return v > 0.0 ? 1.0 : (v < 0.0 ? -1.0 : 0.0); };
   else if (op == "pow") d = [p0](double v) { return p0 == 0.0 ? 0.0 : p0 * std::pow(v, p0 - 1.0); };

@@ -13,7 +13,9 @@
 
 namespace ember::kernels {
 
-enum class UnaryFn : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Abs, Identity, Square, Pow, Clamp };
+enum class UnaryFn : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Abs, Identity, Square, Pow, Clamp
+};
 
 inline UnaryFn select_unary_fn(native::UnaryOp op, native::UnaryParams p) {
   using native::UnaryOp;
@@ -28,6 +30,7 @@ inline UnaryFn select_unary_fn(native::UnaryOp op, native::UnaryParams p) {
     case UnaryOp::Relu: return UnaryFn::Relu;
     case UnaryOp::Gelu: return UnaryFn::Gelu;
     case UnaryOp::GeluTanh: return UnaryFn::GeluTanh;
+    case UnaryOp::Silu: return UnaryFn::Silu;
     case UnaryOp::Abs: return UnaryFn::Abs;
     case UnaryOp::PowScalar: return p.a == 1.0 ? UnaryFn::Identity : p.a == 2.0 ? UnaryFn::Square : UnaryFn::Pow;
     case UnaryOp::Clamp: return UnaryFn::Clamp;
@@ -43,8 +46,8 @@ void with_unary_fn(UnaryFn f, const Run& run) {
   case UnaryFn::name: return run(std::integral_constant<UnaryFn, UnaryFn::name>{});
     EMBER_UNARY_FN_CASE(Neg) EMBER_UNARY_FN_CASE(Exp) EMBER_UNARY_FN_CASE(Log) EMBER_UNARY_FN_CASE(Sqrt)
     EMBER_UNARY_FN_CASE(Rsqrt) EMBER_UNARY_FN_CASE(Tanh) EMBER_UNARY_FN_CASE(Sigmoid) EMBER_UNARY_FN_CASE(Relu)
-    EMBER_UNARY_FN_CASE(Gelu) EMBER_UNARY_FN_CASE(GeluTanh) EMBER_UNARY_FN_CASE(Abs) EMBER_UNARY_FN_CASE(Identity)
-    EMBER_UNARY_FN_CASE(Square) EMBER_UNARY_FN_CASE(Pow) EMBER_UNARY_FN_CASE(Clamp)
+    EMBER_UNARY_FN_CASE(Gelu) EMBER_UNARY_FN_CASE(GeluTanh) EMBER_UNARY_FN_CASE(Silu) EMBER_UNARY_FN_CASE(Abs)
+    EMBER_UNARY_FN_CASE(Identity) EMBER_UNARY_FN_CASE(Square) EMBER_UNARY_FN_CASE(Pow) EMBER_UNARY_FN_CASE(Clamp)
 #undef EMBER_UNARY_FN_CASE
   }
 }

@@ -1,4 +1,4 @@
-// Basic layers: Linear, Embedding, LayerNorm, Dropout and activations.
+// Basic layers: Linear, Embedding, LayerNorm, Dropout, Flatten, activations and Softmax.
 #pragma once
 #include <optional>
 
@@ -78,6 +78,38 @@ class Tanh : public Module {
     auto scope = enter_forward();
     return scope.exit(tanh(x));
   }
+};
+
+class SiLU : public Module {
+ public:
+  SiLU() : Module("SiLU") {}
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(silu(x));
+  }
+};
+
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : Module("Softmax"), dim(dim) {}
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(softmax(x, dim));
+  }
+  int64_t dim;
+};
+
+// Dims start_dim..end_dim (negative counts from the end) merged into one, as torch.nn.Flatten:
+// a view of x when its strides allow, else a copy.
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(x.flatten(start_dim, end_dim));
+  }
+  int64_t start_dim, end_dim;
 };
 
 }  // namespace ember::nn

@@ -118,6 +118,7 @@ std::vector<UnaryCase> unary_cases() {
       {UnaryOp::Relu, {}, -2, 2, "relu", "relu"},
       {UnaryOp::Gelu, {}, -4, 4, "gelu", "gelu"},
       {UnaryOp::GeluTanh, {}, -4, 4, "gelu_tanh", "gelu_tanh"},
+      {UnaryOp::Silu, {}, -6, 6, "silu", "silu"},
       {UnaryOp::Abs, {}, -2, 2, "abs", "abs"},
       {UnaryOp::PowScalar, {2.5, 0}, 0.1, 3, "pow", "pow 2.5"},
       {UnaryOp::PowScalar, {-1.5, 0}, 0.2, 3, "pow", "pow -1.5"},
@@ -141,6 +142,7 @@ reference::RefTensor ref_unary(const UnaryCase& k, const reference::RefTensor& x
     case UnaryOp::Relu: return reference::relu(x);
     case UnaryOp::Gelu: return reference::gelu(x, false);
     case UnaryOp::GeluTanh: return reference::gelu(x, true);
+    case UnaryOp::Silu: return reference::silu(x);
     case UnaryOp::Abs: return reference::abs(x);
     case UnaryOp::PowScalar: return reference::pow(x, k.p.a);
     case UnaryOp::Clamp: return reference::clamp(x, k.p.a, k.p.b);

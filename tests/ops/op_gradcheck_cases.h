@@ -4,6 +4,7 @@
 // minimum, amax, amin) are fixed values well away from the kinks, so the central differences
 // stay on one side. The per-group tests (tests/ops/test_<group>.cpp) check many more shapes.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -26,6 +27,14 @@ inline Tensor random_leaf(const Shape& shape, double lo = -2.0, double hi = 2.0)
 }
 // Values at least 0.2 apart and 0.2 away from 0 and from +-1.
 inline Tensor kink_free_leaf() { return leaf(from_vector<double>({-1.5, -0.6, 0.3, 0.7, 1.6, -2.1}, {2, 3})); }
+// Distinct values 0.1 apart in random order: no two tie, so a maximum stays put under the
+// central differences.
+inline Tensor distinct_leaf(const Shape& shape) {
+  std::vector<double> v(size_t(numel_of(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * double(i) - 1.0;
+  std::shuffle(v.begin(), v.end(), rng());
+  return leaf(from_vector<double>(v, shape));
+}
 
 using Fn1 = std::function<Tensor(const Tensor&)>;
 using Fn2 = std::function<Tensor(const Tensor&, const Tensor&)>;
@@ -70,6 +79,7 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   c["rsqrt"] = one_input([](const Tensor& x) { return rsqrt(x); }, random_leaf({2, 3}, 0.5, 2.0));
   c["tanh"] = one_input([](const Tensor& x) { return tanh(x); }, random_leaf({2, 3}));
   c["sigmoid"] = one_input([](const Tensor& x) { return sigmoid(x); }, random_leaf({2, 3}));
+  c["silu"] = one_input([](const Tensor& x) { return silu(x); }, random_leaf({2, 3}));
   c["relu"] = one_input([](const Tensor& x) { return relu(x); }, kink_free_leaf());
   c["gelu"] = {[](const V& in) { return V{gelu(in[0]), gelu(in[0], true)}; }, {random_leaf({2, 3})}};
   c["abs"] = one_input([](const Tensor& x) { return abs(x); }, kink_free_leaf());
@@ -117,6 +127,17 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   const Tensor target = from_vector<int64_t>({1, -100, 4, 0});
   c["cross_entropy"] =
       one_input([target](const Tensor& x) { return cross_entropy(x, target, -100, 0.1); }, random_leaf({4, 5}));
+
+  // pooling: overlapping, padded and ceil-mode windows
+  c["max_pool2d"] = {[](const V& in) { return V{max_pool2d(in[0], {3}, {2}, {1}, {1}, true)}; },
+                     {distinct_leaf({2, 5, 6})}};
+  c["avg_pool2d"] = {[](const V& in) {
+                       return V{avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, true, true),
+                                avg_pool2d(in[0], {3}, {2}, {1}, false, false)};
+                     },
+                     {random_leaf({1, 2, 5, 4})}};
+  c["adaptive_avg_pool2d"] =
+      one_input([](const Tensor& x) { return adaptive_avg_pool2d(x, {3, 2}); }, random_leaf({2, 7, 5}));
 
   // indexing
   c["cat"] = two_inputs(

@@ -35,6 +35,7 @@ std::vector<UnaryCase> cases() {
       {"rsqrt", [](auto& x) { return rsqrt(x); }, [](auto& x) { return reference::rsqrt(x); }, 0.1, 4.0},
       {"tanh", [](auto& x) { return tanh(x); }, [](auto& x) { return reference::tanh(x); }},
       {"sigmoid", [](auto& x) { return sigmoid(x); }, [](auto& x) { return reference::sigmoid(x); }},
+      {"silu", [](auto& x) { return silu(x); }, [](auto& x) { return reference::silu(x); }, -6.0, 6.0},
       {"relu", [](auto& x) { return relu(x); }, [](auto& x) { return reference::relu(x); }},
       {"gelu", [](auto& x) { return gelu(x); }, [](auto& x) { return reference::gelu(x, false); }, -5.0, 5.0},
       {"gelu_tanh", [](auto& x) { return gelu(x, true); }, [](auto& x) { return reference::gelu(x, true); }, -5.0, 5.0},
@@ -147,14 +148,15 @@ TEST(ElementwiseUnary, Float32AccuracyAcrossTheRange) {
   EXPECT_TRUE(all_close(sigmoid(x), reference::sigmoid(rx), 4e-7, 1e-38));
   EXPECT_TRUE(all_close(gelu(x, true), reference::gelu(rx, true), 1e-6, 1e-7));
   EXPECT_TRUE(all_close(gelu(x), reference::gelu(rx, false), 1e-6, 5e-7));
+  EXPECT_TRUE(all_close(silu(x), reference::silu(rx), 1e-6, 1e-38));
   Tensor tiny = arange(-1e-3, 1e-3, 1.37e-6, {DType::f32});  // relative accuracy near 0
   EXPECT_TRUE(all_close(tanh(tiny), reference::tanh(reference::from_tensor(tiny)), 4e-7, 0));
   // derivatives over the same sweep
-  for (const char* name : {"tanh", "sigmoid", "gelu", "gelu_tanh", "exp"}) {
+  for (const char* name : {"tanh", "sigmoid", "gelu", "gelu_tanh", "silu", "exp"}) {
     Tensor xs = arange(-20.0, 20.0, 0.0111, {DType::f32}).requires_grad_();
     const std::string n(name);
     Tensor y = n == "tanh" ? tanh(xs) : n == "sigmoid" ? sigmoid(xs) : n == "gelu" ? gelu(xs)
-             : n == "gelu_tanh" ? gelu(xs, true) : exp(xs);
+             : n == "gelu_tanh" ? gelu(xs, true) : n == "silu" ? silu(xs) : exp(xs);
     y.backward(ones_like(y));
     SCOPED_TRACE(name);
     EXPECT_TRUE(all_close(xs.grad(), reference::unary_derivative(n, reference::from_tensor(xs)), 2e-6, 1e-6));
@@ -188,6 +190,13 @@ TEST(ElementwiseUnary, SpecialValues) {
   EXPECT_EQ(g[1], -0.0f);
   EXPECT_TRUE(std::isnan(g[5]));
   EXPECT_TRUE(std::isnan(gt[5]));
+  // silu saturates to x above and to -0 below, as x / (1 + exp(-x)) does
+  const std::vector<float> si = silu(x).to_vector<float>();
+  EXPECT_EQ(si[3], 200.0f);
+  EXPECT_EQ(si[4], inf);
+  EXPECT_EQ(si[1], 0.0f);
+  EXPECT_TRUE(std::signbit(si[1]));
+  EXPECT_TRUE(std::isnan(si[5]));
 }
 
 TEST(ElementwiseUnary, KnownValues) {
@@ -203,6 +212,11 @@ TEST(ElementwiseUnary, KnownValues) {
   EXPECT_EQ(ge[1], 0.0);
   EXPECT_EQ(sg[1], 0.5);
   EXPECT_NEAR(sg[2], 0.7310585786300049, 1e-15);
+  const std::vector<double> si = v(silu(x));  // x sigmoid(x)
+  EXPECT_NEAR(si[0], -0.2689414213699951, 1e-15);
+  EXPECT_EQ(si[1], 0.0);
+  EXPECT_NEAR(si[2], 0.7310585786300049, 1e-15);
+  EXPECT_NEAR(si[3], 1.7615941559557649, 1e-15);
   EXPECT_EQ(v(relu(x)), (std::vector<double>{0.0, 0.0, 1.0, 2.0}));
   EXPECT_EQ(v(abs(x)), (std::vector<double>{1.0, 0.0, 1.0, 2.0}));
   EXPECT_EQ(v(clamp(x, 0.5, 1.5)), (std::vector<double>{0.5, 0.5, 1.0, 1.5}));

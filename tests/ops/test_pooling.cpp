@@ -1,0 +1,271 @@
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d: forward and backward against the reference
+// over a table of kernels, strides, paddings, dilations and rounding modes, batched and
+// unbatched, contiguous or not, in every floating dtype; tie and NaN routing of the max pool's
+// gradient; output sizes; determinism across thread counts; gradcheck; error messages.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/reference/pooling.h"
+#include "test_util.h"
+
+using namespace ember;
+using ember::testing::all_close;
+using ember::testing::coin;
+using ember::testing::expect_gradcheck;
+using ember::testing::kFloatTypes;
+using ember::testing::random_tensor;
+using ember::testing::rng;
+using ember::testing::tolerance;
+using ember::testing::with_one_and_two_threads;
+namespace ref = ember::reference;
+
+namespace {
+
+struct PoolCase {
+  Shape input;
+  ref::PoolOptions o;
+};
+
+// Kernel 2 and 3, stride 1 and 2 (and the default), padding, dilation, ceil mode, one-number
+// and two-number options, batched and unbatched inputs.
+std::vector<PoolCase> pool_cases() {
+  return {
+      {{2, 3, 8, 8}, {{2}, {}, {0}, {1}, false}},
+      {{2, 3, 7, 9}, {{2}, {}, {0}, {1}, true}},
+      {{2, 2, 6, 7}, {{3}, {1}, {1}, {1}, false}},
+      {{1, 3, 7, 9}, {{3}, {2}, {1}, {1}, true}},
+      {{3, 7, 6}, {{3, 2}, {2, 1}, {1, 0}, {1, 1}, false}},
+      {{3, 5, 5}, {{2}, {2}, {1}, {1}, true}},
+      {{2, 2, 7, 6}, {{2}, {1}, {0}, {2}, false}},
+      {{1, 2, 9, 8}, {{3}, {2}, {1}, {2, 1}, true}},
+      {{2, 1, 1, 1}, {{1}, {1}, {0}, {1}, false}},
+      {{1, 1, 5, 5}, {{3}, {3}, {1}, {1}, true}},
+  };
+}
+
+std::string describe(const PoolCase& c, bool include_pad, DType dt, bool non_contiguous) {
+  std::ostringstream s;
+  s << "input " << shape_str(c.input) << " kernel " << shape_str(c.o.kernel_size) << " stride "
+    << shape_str(c.o.stride) << " padding " << shape_str(c.o.padding) << " dilation " << shape_str(c.o.dilation)
+    << (c.o.ceil_mode ? " ceil" : " floor")
+    << (include_pad ? " count_include_pad" : "") << " " << dtype_name(dt) << (non_contiguous ? " strided" : "");
+  return s.str();
+}
+
+Tensor max_pool(const Tensor& x, const ref::PoolOptions& o) {
+  return max_pool2d(x, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode);
+}
+Tensor avg_pool(const Tensor& x, const ref::PoolOptions& o) {
+  return avg_pool2d(x, o.kernel_size, o.stride, o.padding, o.ceil_mode, o.count_include_pad);
+}
+
+const std::vector<std::pair<Shape, Shape>> kAdaptiveCases = {
+    {{2, 3, 7, 7}, {3}},       {{2, 5, 5}, {5, 5}},    {{1, 2, 1, 1}, {1}},
+    {{2, 2, 8, 8}, {1, 1}},    {{3, 6, 7}, {4, 3}},    {{1, 1, 5, 9}, {2, 4}},
+};
+
+// Average pooling adds a window's values in a different order than the reference, and half
+// types round the sum once more.
+double avg_tol(DType dt) { return 2 * tolerance(dt); }
+
+}  // namespace
+
+TEST(MaxPool2d, ForwardMatchesReference) {
+  for (const PoolCase& c : pool_cases()) {
+    for (DType dt : kFloatTypes) {
+      const bool nc = coin();
+      SCOPED_TRACE(describe(c, false, dt, nc));
+      Tensor x = random_tensor(c.input, dt, nc);
+      Tensor y = max_pool(x, c.o);
+      EXPECT_EQ(y.dtype(), dt);
+      // the maximum is one of the inputs: exact in every dtype
+      EXPECT_TRUE(all_close(y, ref::max_pool2d(ref::from_tensor(x), c.o), 0, 0));
+    }
+  }
+}
+
+TEST(MaxPool2d, BackwardMatchesReference) {
+  for (const PoolCase& c : pool_cases()) {
+    for (DType dt : kFloatTypes) {
+      const bool nc = coin();
+      SCOPED_TRACE(describe(c, false, dt, nc));
+      Tensor x = random_tensor(c.input, dt, nc).requires_grad_();
+      Tensor y = max_pool(x, c.o);
+      Tensor g = random_tensor(y.shape(), dt, coin());
+      y.backward(g);
+      ASSERT_TRUE(x.grad().defined());
+      EXPECT_EQ(x.grad().shape(), c.input);
+      // the reference picks the argmax itself, so ties in half types land alike
+      const ref::RefTensor want = ref::max_pool2d_backward(ref::from_tensor(x), ref::from_tensor(g), c.o);
+      EXPECT_TRUE(all_close(x.grad(), want, tolerance(dt), tolerance(dt)));
+    }
+  }
+}
+
+TEST(MaxPool2d, TiesGoToTheFirstMaximumAndNaNWins) {
+  // overlapping windows over equal values: each window's first element takes the gradient
+  Tensor x = from_vector<double>({5, 5, 5, 5}, {1, 1, 4}).requires_grad_();
+  Tensor y = max_pool2d(x, {1, 2}, {1, 1});
+  y.backward(from_vector<double>({1, 10, 100}, {1, 1, 3}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 10, 100, 0}));
+
+  // a window with two NaNs: the result is NaN, and the gradient goes where PyTorch sends it,
+  // the last NaN of the scan
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor xn = from_vector<double>({1, nan, nan, 3}, {1, 2, 2}).requires_grad_();
+  Tensor yn = max_pool2d(xn, {2});
+  EXPECT_TRUE(std::isnan(yn.to_vector<double>()[0]));
+  yn.backward(ones_like(yn));
+  EXPECT_EQ(xn.grad().to_vector<double>(), (std::vector<double>{0, 0, 1, 0}));
+  const ref::PoolOptions k2{{2}, {}, {0}, {1}, false, true};
+  EXPECT_TRUE(all_close(max_pool2d(xn.detach(), {2}), ref::max_pool2d(ref::from_tensor(xn.detach()), k2), 0, 0));
+
+  // a window of -inf reports its first position inside the input, padding aside
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor xi = from_vector<double>({-inf, -inf}, {1, 1, 2}).requires_grad_();
+  Tensor yi = max_pool2d(xi, {1, 3}, {1, 1}, {0, 1});
+  EXPECT_EQ(yi.to_vector<double>(), (std::vector<double>{-inf, -inf}));
+  yi.backward(ones_like(yi));
+  EXPECT_EQ(xi.grad().to_vector<double>(), (std::vector<double>{2, 0}));
+}
+
+TEST(MaxPool2d, Float32TiesMatchReference) {
+  // few distinct values, so most windows hold ties
+  std::vector<float> v = random_tensor({2, 3, 9, 9}, DType::f32).to_vector<float>();
+  for (float& e : v) e = std::round(e);
+  Tensor xt = from_vector<float>(v, {2, 3, 9, 9}).requires_grad_();
+  const ref::PoolOptions o{{3}, {1}, {1}, {1}, false};
+  Tensor y = max_pool(xt, o);
+  Tensor g = random_tensor(y.shape(), DType::f32);
+  y.backward(g);
+  EXPECT_TRUE(all_close(xt.grad(), ref::max_pool2d_backward(ref::from_tensor(xt), ref::from_tensor(g), o), 1e-6,
+                        1e-6));
+}
+
+TEST(AvgPool2d, ForwardAndBackwardMatchReference) {
+  for (PoolCase c : pool_cases()) {
+    c.o.dilation = {1};  // average pooling has no dilation
+    for (bool include_pad : {true, false}) {
+      c.o.count_include_pad = include_pad;
+      for (DType dt : kFloatTypes) {
+        const bool nc = coin();
+        SCOPED_TRACE(describe(c, include_pad, dt, nc));
+        Tensor x = random_tensor(c.input, dt, nc).requires_grad_();
+        Tensor y = avg_pool(x, c.o);
+        EXPECT_EQ(y.dtype(), dt);
+        EXPECT_TRUE(all_close(y, ref::avg_pool2d(ref::from_tensor(x), c.o), avg_tol(dt), avg_tol(dt)));
+        Tensor g = random_tensor(y.shape(), dt, coin());
+        y.backward(g);
+        EXPECT_TRUE(all_close(x.grad(), ref::avg_pool2d_backward(ref::from_tensor(x), ref::from_tensor(g), c.o),
+                              avg_tol(dt), avg_tol(dt)));
+      }
+    }
+  }
+}
+
+TEST(AvgPool2d, CountIncludePadChangesOnlyPaddedWindows) {
+  Tensor x = ones({1, 1, 4, 4}, {DType::f64});
+  // with the padding counted, a corner window of ones over 2 x 2 real cells averages 4 / 9
+  const std::vector<double> with = avg_pool2d(x, {3}, {1}, {1}, false, true).to_vector<double>();
+  const std::vector<double> without = avg_pool2d(x, {3}, {1}, {1}, false, false).to_vector<double>();
+  EXPECT_DOUBLE_EQ(with[0], 4.0 / 9.0);
+  EXPECT_DOUBLE_EQ(with[5], 1.0);  // an inner window
+  for (double v : without) EXPECT_DOUBLE_EQ(v, 1.0);
+}
+
+TEST(AdaptiveAvgPool2d, ForwardAndBackwardMatchReference) {
+  for (const auto& [shape, out] : kAdaptiveCases) {
+    for (DType dt : kFloatTypes) {
+      const bool nc = coin();
+      SCOPED_TRACE(::testing::Message() << "input " << shape_str(shape) << " output " << shape_str(out) << " "
+                                        << dtype_name(dt) << (nc ? " strided" : ""));
+      Tensor x = random_tensor(shape, dt, nc).requires_grad_();
+      Tensor y = adaptive_avg_pool2d(x, out);
+      EXPECT_EQ(y.size(-2), out[0]);
+      EXPECT_EQ(y.size(-1), out.size() == 1 ? out[0] : out[1]);
+      EXPECT_TRUE(all_close(y, ref::adaptive_avg_pool2d(ref::from_tensor(x), out), avg_tol(dt), avg_tol(dt)));
+      Tensor g = random_tensor(y.shape(), dt, coin());
+      y.backward(g);
+      EXPECT_TRUE(all_close(x.grad(), ref::adaptive_avg_pool2d_backward(ref::from_tensor(x), ref::from_tensor(g), out),
+                            avg_tol(dt), avg_tol(dt)));
+    }
+  }
+}
+
+TEST(AdaptiveAvgPool2d, WholePlaneIsTheMean) {
+  Tensor x = random_tensor({2, 3, 5, 4}, DType::f64);
+  EXPECT_TRUE(all_close(adaptive_avg_pool2d(x, {1}), x.mean({-2, -1}, true), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(adaptive_avg_pool2d(x, {5, 4}), x, 0, 0));  // one cell per window
+}
+
+TEST(Pool2d, OutputSizesFollowTorchRounding) {
+  auto size_of = [](const Tensor& t) { return Shape{t.size(-2), t.size(-1)}; };
+  Tensor x5 = zeros({1, 1, 5, 5});
+  EXPECT_EQ(size_of(max_pool2d(x5, {2})), (Shape{2, 2}));
+  EXPECT_EQ(size_of(max_pool2d(x5, {2}, {}, {0}, {1}, true)), (Shape{3, 3}));
+  // ceil mode drops a last window that would start in the right padding: 6 / 3 + 1 = 3 -> 2
+  EXPECT_EQ(size_of(max_pool2d(x5, {3}, {3}, {1}, {1}, true)), (Shape{2, 2}));
+  EXPECT_EQ(size_of(avg_pool2d(x5, {3}, {3}, {1}, true)), (Shape{2, 2}));
+  EXPECT_EQ(size_of(max_pool2d(x5, {3}, {1}, {0}, {2})), (Shape{1, 1}));
+  EXPECT_EQ(size_of(avg_pool2d(zeros({3, 4, 4}), {2}, {1}, {1})), (Shape{5, 5}));
+  EXPECT_EQ(max_pool2d(zeros({0, 2, 4, 4}), {2}).shape(), (Shape{0, 2, 2, 2}));
+  EXPECT_EQ(adaptive_avg_pool2d(zeros({0, 2, 4, 4}), {3}).shape(), (Shape{0, 2, 3, 3}));
+}
+
+TEST(Pool2d, SameResultWithOneAndTwoThreads) {
+  Tensor x = random_tensor({4, 8, 12, 12}, DType::f32);
+  auto [a, b] = with_one_and_two_threads([&] { return max_pool2d(x, {3}, {2}, {1}); });
+  EXPECT_TRUE(all_close(a, b, 0, 0));
+  auto [c, d] = with_one_and_two_threads([&] { return avg_pool2d(x, {3}, {2}, {1}); });
+  EXPECT_TRUE(all_close(c, d, 0, 0));
+}
+
+TEST(Pool2d, Gradcheck) {
+  // distinct values 0.1 apart, so no maximum moves under the finite differences
+  auto distinct = [](const Shape& shape) {
+    std::vector<double> v(size_t(numel_of(shape)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * double(i);
+    std::shuffle(v.begin(), v.end(), rng());
+    return from_vector<double>(v, shape).requires_grad_();
+  };
+  for (const PoolCase& c : pool_cases()) {
+    if (numel_of(c.input) > 200) continue;
+    SCOPED_TRACE(describe(c, true, DType::f64, false));
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{max_pool(in[0], c.o)}; },
+                     {distinct(c.input)});
+    ref::PoolOptions a = c.o;
+    a.dilation = {1};
+    for (bool include_pad : {true, false}) {
+      a.count_include_pad = include_pad;
+      expect_gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{avg_pool(in[0], a)}; },
+                       {random_tensor(c.input, DType::f64, coin()).requires_grad_()});
+    }
+  }
+  for (const auto& [shape, out] : kAdaptiveCases)
+    expect_gradcheck(
+        [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{adaptive_avg_pool2d(in[0], out)}; },
+        {random_tensor(shape, DType::f64, coin()).requires_grad_()});
+}
+
+TEST(Pool2d, Errors) {
+  Tensor x = zeros({1, 2, 4, 4});
+  EXPECT_EMBER_ERROR(max_pool2d(zeros({4, 4}), {2}), "max_pool2d", "3-D", "4-D", "[4, 4]");
+  EXPECT_EMBER_ERROR(avg_pool2d(zeros({1, 1, 1, 4, 4}), {2}), "avg_pool2d", "[1, 1, 1, 4, 4]");
+  EXPECT_EMBER_ERROR(max_pool2d(zeros({1, 2, 4, 4}, {DType::i64}), {2}), "max_pool2d", "floating-point", "int64");
+  EXPECT_EMBER_ERROR(max_pool2d(zeros({1, 0, 4, 4}), {2}), "max_pool2d", "empty dim 1", "[1, 0, 4, 4]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {0, 2}), "max_pool2d", "kernel_size must be positive", "[0, 2]", "[1, 2, 4, 4]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {2, 2, 2}), "max_pool2d", "kernel_size", "1 or 2 values", "[2, 2, 2]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {2}, {0}), "max_pool2d", "stride must be positive", "[0, 0]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {2}, {}, {0}, {0, 1}), "max_pool2d", "dilation must be positive", "[0, 1]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {2}, {}, {2}), "max_pool2d", "padding [2, 2]", "at most half", "[2, 2]");
+  EXPECT_EMBER_ERROR(avg_pool2d(x, {3}, {}, {-1}), "avg_pool2d", "padding [-1, -1]", "non-negative");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {5}), "max_pool2d", "too small", "[1, 2, 4, 4]", "kernel_size [5, 5]");
+  EXPECT_EMBER_ERROR(max_pool2d(x, {3}, {1}, {0}, {2}), "max_pool2d", "too small", "dilation [2, 2]");
+  EXPECT_EMBER_ERROR(adaptive_avg_pool2d(x, {0, 2}), "adaptive_avg_pool2d", "output_size must be positive", "[0, 2]");
+  EXPECT_EMBER_ERROR(adaptive_avg_pool2d(x, {}), "adaptive_avg_pool2d", "output_size", "1 or 2 values");
+  EXPECT_EMBER_ERROR(adaptive_avg_pool2d(zeros({5}), {1}), "adaptive_avg_pool2d", "[5]");
+}
