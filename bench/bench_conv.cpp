@@ -9,7 +9,13 @@
 //                                     _backward_weights with NCHW activations (Ember's layout)
 //                                     and the weight in the layout oneDNN prefers, reordered
 //                                     once outside the timed loop; OpenMP set to the thread count.
-//                                     The label names oneDNN's implementation.
+//                                     The label names oneDNN's implementation (with NCHW
+//                                     activations oneDNN 2.6 picks its own im2col + sgemm,
+//                                     "gemm:jit").
+//   onednn_blocked/<pass>/...         the same with every tensor in the layout oneDNN prefers
+//                                     (blocked nChw8c/nChw16c: its direct JIT kernels), tensors
+//                                     created in that layout, no reorders timed: what oneDNN
+//                                     reaches when a framework keeps its own layout throughout.
 //
 // pass: fwd (y = conv(x, w)), bwd_data (dx), bwd_weight (dw). "GFLOP/s" counts
 // 2 * N * O * Ho * Wo * (C / groups) * kH * kW per pass (the same for all three).
@@ -72,15 +78,16 @@ void ember_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
   count_flops(state, s);
 }
 
-void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
+void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads, bool blocked) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   omp_set_num_threads(threads);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   const int64_t ho = out_size(s, s.h), wo = out_size(s, s.w);
-  const dnnl::memory::desc src_md({s.n, s.c, s.h, s.w}, dt::f32, tag::nchw);
-  const dnnl::memory::desc dst_md({s.n, s.o, ho, wo}, dt::f32, tag::nchw);
+  const tag activations = blocked ? tag::any : tag::nchw;
+  const dnnl::memory::desc src_md({s.n, s.c, s.h, s.w}, dt::f32, activations);
+  const dnnl::memory::desc dst_md({s.n, s.o, ho, wo}, dt::f32, activations);
   const dnnl::memory::desc plain_w_md({s.o, s.c, s.k, s.k}, dt::f32, tag::oihw);
   const dnnl::memory::desc any_w_md({s.o, s.c, s.k, s.k}, dt::f32, tag::any);
   const dnnl::memory::dims strides = {s.stride, s.stride}, pads = {s.pad, s.pad};
@@ -94,7 +101,8 @@ void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
     for (size_t i = 0; i < md.get_size() / sizeof(float); ++i) d[i] = float(i % 7) * 0.25f - 0.75f;
     return m;
   };
-  dnnl::memory src = filled(src_md), dst = filled(dst_md), plain_w = filled(plain_w_md);
+  // Activations in the layout the forward primitive chose (NCHW unless blocked).
+  dnnl::memory src = filled(fwd_pd.src_desc()), dst = filled(fwd_pd.dst_desc()), plain_w = filled(plain_w_md);
 
   dnnl::primitive prim;
   std::unordered_map<int, dnnl::memory> args;
@@ -116,7 +124,9 @@ void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
                                               pads, pads),
         engine, fwd_pd);
     prim = dnnl::convolution_backward_data(pd);
-    args = {{DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_WEIGHTS, weight_for(pd.weights_desc())}, {DNNL_ARG_DIFF_SRC, src}};
+    args = {{DNNL_ARG_DIFF_DST, filled(pd.diff_dst_desc())},
+            {DNNL_ARG_WEIGHTS, weight_for(pd.weights_desc())},
+            {DNNL_ARG_DIFF_SRC, filled(pd.diff_src_desc())}};
     impl = pd.impl_info_str();
   } else {
     const dnnl::convolution_backward_weights::primitive_desc pd(
@@ -124,7 +134,9 @@ void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
                                                  strides, pads, pads),
         engine, fwd_pd);
     prim = dnnl::convolution_backward_weights(pd);
-    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_DIFF_WEIGHTS, dnnl::memory(pd.diff_weights_desc(), engine)}};
+    args = {{DNNL_ARG_SRC, filled(pd.src_desc())},
+            {DNNL_ARG_DIFF_DST, filled(pd.diff_dst_desc())},
+            {DNNL_ARG_DIFF_WEIGHTS, dnnl::memory(pd.diff_weights_desc(), engine)}};
     impl = pd.impl_info_str();
   }
   state.SetLabel(impl);
@@ -143,9 +155,11 @@ void register_all() {
         benchmark::RegisterBenchmark(("ember" + suffix).c_str(), ember_conv, s, pass, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
-        benchmark::RegisterBenchmark(("onednn" + suffix).c_str(), onednn_conv, s, pass, threads)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        for (bool blocked : {false, true})
+          benchmark::RegisterBenchmark(((blocked ? "onednn_blocked" : "onednn") + suffix).c_str(), onednn_conv, s,
+                                       pass, threads, blocked)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
       }
 }
 

@@ -10,6 +10,14 @@
 // buffers and the weight gradient's per-thread partial sums live in per-thread scratch
 // (kernels/cpu/scratch.h), reused from call to call. bf16 and f16 run in f32 and are rounded
 // once on the way out, as linalg's f16 products are.
+//
+// Beside oneDNN 2.6's convolution primitive (bench/bench_conv.cpp, f32, one thread, AMD EPYC
+// Zen 3 shared with other builds, so +-20% noise): on NCHW tensors oneDNN runs its own im2col +
+// sgemm ("gemm:jit"), and Ember runs at 0.8-3.3x its GFLOP/s on the LeNet, Fashion-MNIST and
+// ResNet-18 shapes (1.0-1.6x on the ResNet layers). oneDNN's direct
+// kernels are faster (1.1-2.8x Ember, mostly forward) only with every tensor in its blocked
+// nChw8c layout, which Ember's NCHW tensors would reach through a reorder each way per call, so
+// no shape is dispatched to oneDNN.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -260,8 +268,8 @@ void conv2d_backward_weight_cpu(const Tensor& dw, const Tensor& dy, const Tensor
 
 }  // namespace
 
-EMBER_REGISTER_KERNEL(native::conv2d_backward_input_stub, CPU, &conv2d_backward_input_cpu);
 EMBER_REGISTER_KERNEL(native::conv2d_stub, CPU, &conv2d_cpu);
+EMBER_REGISTER_KERNEL(native::conv2d_backward_input_stub, CPU, &conv2d_backward_input_cpu);
 EMBER_REGISTER_KERNEL(native::conv2d_backward_weight_stub, CPU, &conv2d_backward_weight_cpu);
 
 }  // namespace ember
