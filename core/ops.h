@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/conv_padding.h"
 #include "core/tensor.h"
 
 namespace ember {
@@ -66,6 +67,23 @@ Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool
 Tensor matmul(const Tensor& a, const Tensor& b);  // 1-D to N-D, batch dims broadcast
 Tensor bmm(const Tensor& a, const Tensor& b);     // [B,n,k] x [B,k,m]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());  // x W^T + b
+
+// ---- convolution (torch.nn.functional semantics; f32 and f64, bf16/f16 computed in f32)
+// padding: numbers ({p} for every dim or {ph, pw}), "valid" (none) or "same" (output size =
+// input size; stride must be 1; an odd total puts the extra row/column at the bottom/right, as
+// in PyTorch). stride, dilation: {s} for every dim or {sh, sw}.
+// input [N, C, H, W] or unbatched [C, H, W]; weight [O, C / groups, kH, kW]; bias [O] or undefined.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const Shape& stride = {1, 1},
+              const ConvPadding& padding = {0, 0}, const Shape& dilation = {1, 1}, int64_t groups = 1);
+// input [N, C, L] or unbatched [C, L]; weight [O, C / groups, K]; bias [O] or undefined.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              const ConvPadding& padding = 0, int64_t dilation = 1, int64_t groups = 1);
+// input [N, Cin, H, W] or unbatched [Cin, H, W]; weight [Cin, Cout / groups, kH, kW]; output size
+// per dim (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, with
+// output_padding < stride or < dilation.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const Shape& stride = {1, 1}, const Shape& padding = {0, 0},
+                        const Shape& output_padding = {0, 0}, int64_t groups = 1, const Shape& dilation = {1, 1});
 
 // ---- neural-network functions
 Tensor softmax(const Tensor& x, int64_t dim);

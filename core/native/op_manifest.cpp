@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/native/amp.h"
+#include "core/native/convolution.h"
 #include "core/native/copy.h"
 #include "core/native/elementwise.h"
 #include "core/native/fused.h"

@@ -27,6 +27,7 @@
 #include "nn/layers/attention.h"
 #include "nn/layers/basic.h"
 #include "nn/layers/containers.h"
+#include "nn/layers/conv.h"
 #include "nn/layers/normalization.h"
 #include "nn/layers/pooling.h"
 #include "nn/losses.h"

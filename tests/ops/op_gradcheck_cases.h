@@ -104,6 +104,15 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   c["linear"] = {[](const V& in) { return V{linear(in[0], in[1], in[2])}; },
                  {random_leaf({2, 3}), random_leaf({4, 3}), random_leaf({4})}};
 
+  // convolution: strided, padded, grouped, so every index path of the kernels is crossed
+  c["conv1d"] = {[](const V& in) { return V{conv1d(in[0], in[1], in[2], 2, 1, 1, 2)}; },
+                 {random_leaf({2, 4, 7}), random_leaf({4, 2, 3}), random_leaf({4})}};
+  c["conv2d"] = {[](const V& in) { return V{conv2d(in[0], in[1], in[2], {2, 1}, {1, 0}, {1, 2}, 2)}; },
+                 {random_leaf({2, 4, 5, 6}), random_leaf({2, 2, 3, 2}), random_leaf({2})}};
+  c["conv_transpose2d"] = {
+      [](const V& in) { return V{conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 0}, 2)}; },
+      {random_leaf({2, 4, 3, 3}), random_leaf({4, 1, 3, 2}), random_leaf({2})}};
+
   // normalization
   c["softmax"] = one_input([](const Tensor& x) { return softmax(x, 1); }, random_leaf({2, 3}));
   c["log_softmax"] = one_input([](const Tensor& x) { return log_softmax(x, 0); }, random_leaf({2, 3}));

@@ -150,4 +150,19 @@ TEST(OpManifest, NamesAStubWhoseClaimedCudaKernelIsNotRegistered) {
   EXPECT_TRUE(has_problem(problems, "op matmul: stub matmul_stub has no CUDA kernel registered"));
 }
 
+TEST(OpManifest, AcceptsAnOpWhoseStubIsCpuOnlyForAStatedReason) {
+  ManifestEvidence ev = real_evidence();
+  ev.cuda_build = true;
+  auto kernels = kernel_manifest();
+  for (auto& k : kernels)
+    if (k.stub == "matmul_stub") {
+      k.cuda_file = "";
+      k.one_device_reason = "the CUDA kernel comes with another backend";
+    }
+  ev.registered["matmul_stub"].cuda = false;
+  const auto problems = manifest_problems(kernels, op_manifest(), ev);
+  SCOPED_TRACE(joined(problems));
+  for (const std::string& p : problems) EXPECT_EQ(p.find("matmul"), std::string::npos) << p;
+}
+
 }  // namespace

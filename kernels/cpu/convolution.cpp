@@ -1,0 +1,275 @@
+// CPU convolutions: im2col + Ember's GEMM (kernels/cpu/gemm.h), per image and per group.
+//
+//   forward:          out[n, g]  [Og, Ho*Wo] = W_g [Og, Cg*kH*kW] @ col(x[n, g]) [Cg*kH*kW, Ho*Wo]
+//   backward input:   dx[n, g]             = col2im(W_g^T @ dY[n, g])
+//   backward weight:  dW_g                 = sum over n of dY[n, g] @ col(x[n, g])^T
+//
+// A 1x1, stride-1, unpadded convolution needs no column buffer: x[n, g] is its own col.
+// Batches of at least as many images as threads run image by image in parallel (each GEMM then
+// single-threaded); smaller ones run one image at a time with the GEMM itself threaded. Column
+// buffers and the weight gradient's per-thread partial sums live in per-thread scratch
+// (kernels/cpu/scratch.h), reused from call to call. bf16 and f16 run in f32 and are rounded
+// once on the way out, as linalg's f16 products are.
+//
+// Beside oneDNN 2.6's convolution primitive (bench/bench_conv.cpp, f32, one thread, AMD EPYC
+// Zen 3 shared with other builds, so +-20% noise): on NCHW tensors oneDNN runs its own im2col +
+// sgemm ("gemm:jit"), and Ember runs at 0.8-3.3x its GFLOP/s on the LeNet, Fashion-MNIST and
+// ResNet-18 shapes (1.0-1.6x on the ResNet layers). oneDNN's direct
+// kernels are faster (1.1-2.8x Ember, mostly forward) only with every tensor in its blocked
+// nChw8c layout, which Ember's NCHW tensors would reach through a reorder each way per call, so
+// no shape is dispatched to oneDNN.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "core/native/convolution.h"
+#include "core/native/copy.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
+
+namespace ember {
+namespace {
+
+using native::Conv2dParams;
+
+// Scratch slots: the caller's partial sums, and each image's column buffer.
+constexpr int kPartialsSlot = 0;
+constexpr int kColumnSlot = 1;
+
+// The sizes of one convolution, read from its 4-D tensors: x [N, C, H, W], w [O, Cg, kH, kW],
+// y [N, O, Ho, Wo].
+struct Geometry {
+  int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w, groups;
+  Conv2dParams p;
+  int64_t group_channels() const { return channels / groups; }
+  int64_t group_out_channels() const { return out_channels / groups; }
+  int64_t col_rows() const { return group_channels() * kernel_h * kernel_w; }
+  int64_t out_area() const { return out_h * out_w; }
+  int64_t in_area() const { return height * width; }
+  bool direct() const {
+    return kernel_h == 1 && kernel_w == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.padding_begin[0] == 0 &&
+           p.padding_begin[1] == 0 && out_h == height && out_w == width;
+  }
+};
+
+Geometry geometry_of(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2], w.shape()[3],
+          y.shape()[2], y.shape()[3], p.groups, p};
+}
+
+// The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size).
+std::pair<int64_t, int64_t> valid_range(int64_t out_size, int64_t size, int64_t stride, int64_t start) {
+  // start = -pad + offset; need 0 <= ow * stride + start < size.
+  const int64_t lo = start >= 0 ? 0 : (-start + stride - 1) / stride;
+  const int64_t hi = start >= size ? 0 : (size - start + stride - 1) / stride;
+  return {std::min(lo, out_size), std::clamp<int64_t>(hi, std::min(lo, out_size), out_size)};
+}
+
+// Visits every (col row, output row) pair of one image's column matrix with the input row it
+// reads (or nullptr-like -1 when it lies in the padding) and the valid output columns, so
+// im2col and col2im share one walk over the geometry.
+template <typename Visit>
+void walk_columns(const Geometry& g, const Visit& visit) {
+  const auto& p = g.p;
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+      for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+        const int64_t row = (c * g.kernel_h + kh) * g.kernel_w + kw;
+        const int64_t col_start = kw * p.dilation[1] - p.padding_begin[1];
+        const auto [lo, hi] = valid_range(g.out_w, g.width, p.stride[1], col_start);
+        for (int64_t oh = 0; oh < g.out_h; ++oh) {
+          const int64_t ih = oh * p.stride[0] - p.padding_begin[0] + kh * p.dilation[0];
+          const bool inside = ih >= 0 && ih < g.height;
+          visit(row * g.out_area() + oh * g.out_w, inside ? (c * g.height + ih) * g.width + col_start : -1, lo,
+                inside ? hi : lo);
+        }
+      }
+}
+
+// col [Cg*kH*kW, Ho*Wo] from x [Cg, H, W].
+template <typename T>
+void im2col(const Geometry& g, const T* x, T* col) {
+  const int64_t stride = g.p.stride[1], out_w = g.out_w;
+  walk_columns(g, [&](int64_t dst, int64_t src, int64_t lo, int64_t hi) {
+    T* d = col + dst;
+    std::fill(d, d + lo, T(0));
+    if (stride == 1) {
+      if (hi > lo) std::memcpy(d + lo, x + src + lo, size_t(hi - lo) * sizeof(T));
+    } else {
+      for (int64_t ow = lo; ow < hi; ++ow) d[ow] = x[src + ow * stride];
+    }
+    std::fill(d + std::max(lo, hi), d + out_w, T(0));
+  });
+}
+
+// x [Cg, H, W] += the columns of col scattered back to where im2col read them.
+template <typename T>
+void col2im(const Geometry& g, const T* col, T* x) {
+  const int64_t stride = g.p.stride[1];
+  walk_columns(g, [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
+    const T* s = col + src;
+    for (int64_t ow = lo; ow < hi; ++ow) x[dst + ow * stride] += s[ow];
+  });
+}
+
+// Runs fn(first, last) over the batch: in parallel chunks when there are enough images to give
+// every thread one, else as one range on this thread (the GEMM inside then uses the threads).
+template <typename Fn>
+void over_batch(int64_t batch, const Fn& fn) {
+  if (batch >= get_num_threads()) parallel_for(0, batch, 1, fn);
+  else fn(0, batch);
+}
+
+template <typename T>
+void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+             T beta, T* c, int64_t ldc) {
+  cpu::gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+template <typename T>
+void forward_typed(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                   const Conv2dParams& p) {
+  const Geometry g = geometry_of(input, weight, out, p);
+  const T* x = input.data_ptr<T>();
+  const T* w = weight.data_ptr<T>();
+  const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  T* y = out.data_ptr<T>();
+  const int64_t og = g.group_out_channels(), kg = g.col_rows(), area = g.out_area();
+  over_batch(g.batch, [&](int64_t n0, int64_t n1) {
+    T* col = g.direct() ? nullptr : cpu::thread_scratch<T>(kColumnSlot, size_t(kg * area));
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const T* xg = x + (n * g.channels + grp * g.group_channels()) * g.in_area();
+        T* yg = y + (n * g.out_channels + grp * og) * area;
+        if (b)
+          for (int64_t o = 0; o < og; ++o) std::fill(yg + o * area, yg + (o + 1) * area, b[grp * og + o]);
+        if (!g.direct()) im2col(g, xg, col);
+        gemm_rm<T>(false, false, og, area, kg, w + grp * og * kg, kg, g.direct() ? xg : col, area, b ? T(1) : T(0),
+                   yg, area);
+      }
+  });
+}
+
+template <typename T>
+void backward_input_typed(const Tensor& grad_input, const Tensor& grad_output, const Tensor& weight,
+                          const Tensor& bias, const Conv2dParams& p) {
+  const Geometry g = geometry_of(grad_input, weight, grad_output, p);
+  const T* dy = grad_output.data_ptr<T>();
+  const T* w = weight.data_ptr<T>();
+  const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  T* dx = grad_input.data_ptr<T>();
+  const int64_t og = g.group_out_channels(), kg = g.col_rows(), area = g.out_area();
+  const int64_t cg = g.group_channels(), in_area = g.in_area();
+  over_batch(g.batch, [&](int64_t n0, int64_t n1) {
+    T* col = g.direct() ? nullptr : cpu::thread_scratch<T>(kColumnSlot, size_t(kg * area));
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const T* dyg = dy + (n * g.out_channels + grp * og) * area;
+        T* dxg = dx + (n * g.channels + grp * cg) * in_area;
+        if (g.direct()) {
+          gemm_rm<T>(true, false, cg, area, og, w + grp * og * kg, kg, dyg, area, T(0), dxg, area);
+        } else {
+          gemm_rm<T>(true, false, kg, area, og, w + grp * og * kg, kg, dyg, area, T(0), col, area);
+          std::fill(dxg, dxg + cg * in_area, T(0));
+          col2im(g, col, dxg);
+        }
+        if (b)
+          for (int64_t c = 0; c < cg; ++c)
+            for (T* v = dxg + c * in_area; v != dxg + (c + 1) * in_area; ++v) *v += b[grp * cg + c];
+      }
+  });
+}
+
+template <typename T>
+void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
+                           const Conv2dParams& p) {
+  const Geometry g = geometry_of(input, grad_weight, grad_output, p);
+  const T* dy = grad_output.data_ptr<T>();
+  const T* x = input.data_ptr<T>();
+  T* dw = grad_weight.data_ptr<T>();
+  const int64_t og = g.group_out_channels(), kg = g.col_rows(), area = g.out_area();
+  const int64_t size = grad_weight.numel();
+  // One partial sum per chunk of images (summed in a fixed order, so results do not depend on
+  // which thread ran which chunk); a single chunk writes straight into dW.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(g.batch, get_num_threads()));
+  T* partials = chunks == 1 ? dw : cpu::thread_scratch<T>(kPartialsSlot, size_t(chunks * size));
+  std::fill(partials, partials + chunks * size, T(0));
+  auto run_chunk = [&](int64_t chunk) {
+    const int64_t n0 = g.batch * chunk / chunks, n1 = g.batch * (chunk + 1) / chunks;
+    T* acc = partials + chunk * size;
+    T* col = g.direct() ? nullptr : cpu::thread_scratch<T>(kColumnSlot, size_t(kg * area));
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const T* xg = x + (n * g.channels + grp * g.group_channels()) * g.in_area();
+        if (!g.direct()) im2col(g, xg, col);
+        gemm_rm<T>(false, true, og, kg, area, dy + (n * g.out_channels + grp * og) * area, area,
+                   g.direct() ? xg : col, area, T(1), acc + grp * og * kg, kg);
+      }
+  };
+  if (chunks == 1) {
+    run_chunk(0);
+    return;
+  }
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) run_chunk(c);
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    T s = partials[i];
+    for (int64_t c = 1; c < chunks; ++c) s += partials[c * size + i];
+    dw[i] = s;
+  }
+}
+
+// Runs kernel<T> for f32 and f64; bf16 and f16 operands are widened to f32 and the result
+// (always the first tensor) rounded back once.
+template <template <typename> class Kernel, typename... Rest>
+void run_typed(const Tensor& result, const Tensor& a, const Tensor& b, const Tensor& bias, const Rest&... rest) {
+  if (result.dtype() == DType::f32) return Kernel<float>::run(result, a, b, bias, rest...);
+  if (result.dtype() == DType::f64) return Kernel<double>::run(result, a, b, bias, rest...);
+  EMBER_CHECK(result.dtype() == DType::bf16 || result.dtype() == DType::f16,
+              "conv2d CPU kernel: unsupported dtype ", result.dtype());
+  auto wide = [](const Tensor& t) { return t.defined() ? native::to_dtype(t, DType::f32) : Tensor(); };
+  Tensor result32 = make_tensor(result.shape(), DType::f32, result.device());
+  Kernel<float>::run(result32, wide(a), wide(b), wide(bias), rest...);
+  native::copy_(result, result32);
+}
+
+template <typename T>
+struct Forward {
+  static void run(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+    forward_typed<T>(out, x, w, b, p);
+  }
+};
+template <typename T>
+struct BackwardInput {
+  static void run(const Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+    backward_input_typed<T>(dx, dy, w, b, p);
+  }
+};
+template <typename T>
+struct BackwardWeight {
+  static void run(const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor&, const Conv2dParams& p) {
+    backward_weight_typed<T>(dw, dy, x, p);
+  }
+};
+
+void conv2d_cpu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  run_typed<Forward>(out, x, w, b, p);
+}
+void conv2d_backward_input_cpu(const Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& b,
+                               const Conv2dParams& p) {
+  run_typed<BackwardInput>(dx, dy, w, b, p);
+}
+void conv2d_backward_weight_cpu(const Tensor& dw, const Tensor& dy, const Tensor& x, const Conv2dParams& p) {
+  run_typed<BackwardWeight>(dw, dy, x, Tensor(), p);
+}
+
+}  // namespace
+
+EMBER_REGISTER_KERNEL(native::conv2d_stub, CPU, &conv2d_cpu);
+EMBER_REGISTER_KERNEL(native::conv2d_backward_input_stub, CPU, &conv2d_backward_input_cpu);
+EMBER_REGISTER_KERNEL(native::conv2d_backward_weight_stub, CPU, &conv2d_backward_weight_cpu);
+
+}  // namespace ember

@@ -1,0 +1,315 @@
+// conv1d, conv2d and conv_transpose2d: forward against the double-precision reference over a
+// table of geometries (stride, padding numeric and "same"/"valid", dilation, groups,
+// depthwise, bias, unbatched, non-contiguous, size-1 dims, 1x1 convolutions that skip im2col),
+// in every float dtype; gradients against the reference's in f32 with one and two threads;
+// gradcheck in f64; autocast; errors that name the op and the shapes.
+//
+// Tolerances follow tests/ops/test_linalg.cpp: each output is a k-term dot product (k =
+// Cg * kH * kW forward), checked within product_rel(dtype, k) * (|x| * |w|) elementwise,
+// |x| * |w| being the same convolution of the magnitudes.
+#include <string>
+
+#include "kernels/reference/convolution.h"
+#include "linalg_check.h"
+#include "test_util.h"
+
+using namespace ember;
+using ember::testing::kFloatTypes;
+using ember::testing::product_close;
+using ember::testing::random_tensor;
+using ember::testing::ref_abs;
+using reference::ConvGeometry;
+using reference::RefTensor;
+
+namespace {
+
+struct ConvCase {
+  const char* name;
+  Shape input, weight;  // input 4-D or 3-D (unbatched)
+  Shape stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+  std::string named_padding = "";  // "same" / "valid" instead of `padding`
+};
+
+const ConvCase kCases[] = {
+    {"plain", {2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+    {"no bias", {2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, false},
+    {"stride", {3, 2, 9, 8}, {5, 2, 3, 2}, {2, 3}, {0, 0}, {1, 1}, 1, true},
+    {"padding", {2, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {2, 1}, {1, 1}, 1, true},
+    {"stride and padding", {2, 3, 8, 7}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true},
+    {"dilation", {2, 2, 9, 9}, {3, 2, 3, 2}, {1, 2}, {1, 0}, {2, 3}, 1, true},
+    {"groups", {2, 6, 6, 5}, {4, 3, 2, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
+    {"depthwise", {2, 4, 6, 6}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4, true},
+    {"same odd kernel", {2, 3, 6, 5}, {2, 3, 3, 5}, {1, 1}, {}, {1, 1}, 1, true, "same"},
+    {"same even kernel", {2, 3, 6, 5}, {2, 3, 4, 2}, {1, 1}, {}, {1, 1}, 1, true, "same"},
+    {"same dilated even", {1, 2, 7, 7}, {2, 2, 2, 4}, {1, 1}, {}, {3, 1}, 1, false, "same"},
+    {"valid", {2, 2, 5, 4}, {3, 2, 2, 2}, {1, 1}, {}, {1, 1}, 1, true, "valid"},
+    {"unbatched", {3, 6, 5}, {2, 3, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 1, true},
+    {"1x1 direct", {3, 4, 5, 6}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+    {"1x1 grouped direct", {2, 4, 3, 3}, {6, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false},
+    {"1x1 stride 2", {2, 4, 7, 6}, {3, 4, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true},
+    {"1x1 padded", {2, 2, 3, 3}, {3, 2, 1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+    {"size-1 dims", {1, 1, 1, 5}, {1, 1, 1, 3}, {1, 1}, {0, 1}, {1, 1}, 1, true},
+    {"kernel equals padded input", {2, 2, 3, 3}, {2, 2, 5, 5}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+    {"batch of one", {1, 3, 10, 10}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+};
+
+// The reference's geometry for a case: "same" splits d * (k - 1) with the extra at the end.
+ConvGeometry geometry_of(const ConvCase& c) {
+  ConvGeometry g{c.stride, {0, 0}, {0, 0}, c.dilation, c.groups};
+  if (c.named_padding == "same") {
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t total = c.dilation[i] * (c.weight[2 + i] - 1);
+      g.padding_begin[i] = total / 2;
+      g.padding_end[i] = total - total / 2;
+    }
+  } else if (c.named_padding.empty()) {
+    g.padding_begin = g.padding_end = c.padding;
+  }
+  return g;
+}
+
+Tensor run_conv2d(const ConvCase& c, const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (c.named_padding.empty()) return conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+  return conv2d(x, w, b, c.stride, c.named_padding, c.dilation, c.groups);
+}
+
+int64_t taps(const Shape& weight) { return weight[1] * weight[2] * weight[3]; }
+
+struct ThreadCount {
+  explicit ThreadCount(int n) : saved(get_num_threads()) { set_num_threads(n); }
+  ~ThreadCount() { set_num_threads(saved); }
+  int saved;
+};
+
+}  // namespace
+
+// ---- forward
+
+TEST(Conv2d, EveryCaseAndDtypeMatchesReference) {
+  for (const ConvCase& c : kCases)
+    for (DType dt : kFloatTypes)
+      for (bool strided : {false, true}) {
+        SCOPED_TRACE(std::string(c.name) + (strided ? " non-contiguous" : ""));
+        const Tensor x = random_tensor(c.input, dt, strided), w = random_tensor(c.weight, dt, strided);
+        const Tensor b = c.bias ? random_tensor({c.weight[0]}, dt) : Tensor();
+        const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w);
+        const RefTensor rb = c.bias ? reference::from_tensor(b) : RefTensor();
+        const ConvGeometry g = geometry_of(c);
+        const RefTensor want = reference::conv2d(rx, rw, rb, c.bias, g);
+        const RefTensor scale = reference::conv2d(ref_abs(rx), ref_abs(rw), c.bias ? ref_abs(rb) : rb, c.bias, g);
+        EXPECT_TRUE(product_close(run_conv2d(c, x, w, b), want, scale, dt, taps(c.weight))) << dt;
+      }
+}
+
+TEST(Conv2d, SamePaddingKeepsTheInputSize) {
+  for (int64_t k : {1, 2, 3, 4, 5})
+    EXPECT_EQ(conv2d(ones({1, 1, 6, 7}), ones({1, 1, k, k}), Tensor(), {1, 1}, "same").shape(), (Shape{1, 1, 6, 7}));
+  EXPECT_EQ(conv2d(ones({1, 1, 6, 7}), ones({1, 1, 3, 3}), Tensor(), {1, 1}, "valid").shape(), (Shape{1, 1, 4, 5}));
+}
+
+TEST(Conv2d, EmptyBatch) {
+  const Tensor y = conv2d(zeros({0, 2, 4, 4}), ones({3, 2, 3, 3}), ones({3}));
+  EXPECT_EQ(y.shape(), (Shape{0, 3, 2, 2}));
+}
+
+TEST(Conv1d, MatchesReference) {
+  struct Case1d {
+    Shape input, weight;
+    int64_t stride, padding, dilation, groups;
+    std::string named;
+  };
+  const Case1d cases[] = {{{2, 3, 9}, {4, 3, 3}, 1, 0, 1, 1, ""},   {{2, 4, 11}, {6, 2, 4}, 2, 3, 2, 2, ""},
+                          {{3, 7}, {2, 3, 2}, 1, 1, 1, 1, ""},      {{2, 3, 8}, {3, 3, 4}, 1, 0, 2, 1, "same"},
+                          {{2, 3, 8}, {3, 3, 3}, 1, 0, 1, 1, "same"}, {{2, 3, 8}, {3, 1, 3}, 3, 0, 1, 3, "valid"}};
+  for (const Case1d& c : cases)
+    for (DType dt : kFloatTypes) {
+      SCOPED_TRACE(shape_str(c.input) + " * " + shape_str(c.weight) + " " + c.named);
+      const Tensor x = random_tensor(c.input, dt, true), w = random_tensor(c.weight, dt), b = random_tensor({c.weight[0]}, dt);
+      int64_t pb = c.padding, pe = c.padding;
+      if (c.named == "valid") pb = pe = 0;
+      if (c.named == "same") {
+        const int64_t total = c.dilation * (c.weight[2] - 1);
+        pb = total / 2;
+        pe = total - pb;
+      }
+      const Tensor got = c.named.empty() ? conv1d(x, w, b, c.stride, c.padding, c.dilation, c.groups)
+                                         : conv1d(x, w, b, c.stride, c.named, c.dilation, c.groups);
+      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
+      const RefTensor want = reference::conv1d(rx, rw, rb, true, c.stride, pb, pe, c.dilation, c.groups);
+      const RefTensor scale =
+          reference::conv1d(ref_abs(rx), ref_abs(rw), ref_abs(rb), true, c.stride, pb, pe, c.dilation, c.groups);
+      EXPECT_TRUE(product_close(got, want, scale, dt, c.weight[1] * c.weight[2])) << dt;
+    }
+}
+
+TEST(ConvTranspose2d, MatchesReference) {
+  struct CaseT {
+    Shape input, weight, stride, padding, output_padding, dilation;
+    int64_t groups;
+  };
+  const CaseT cases[] = {{{2, 3, 4, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1},
+                         {{2, 4, 3, 4}, {4, 3, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 1}, 2},
+                         {{1, 2, 5, 5}, {2, 2, 2, 3}, {2, 1}, {0, 1}, {0, 1}, {2, 2}, 1},
+                         {{3, 4, 4}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
+                         {{2, 4, 3, 3}, {4, 1, 1, 1}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 4}};
+  for (const CaseT& c : cases)
+    for (DType dt : kFloatTypes) {
+      SCOPED_TRACE(shape_str(c.input) + " * " + shape_str(c.weight));
+      const Tensor x = random_tensor(c.input, dt, true), w = random_tensor(c.weight, dt);
+      const Tensor b = random_tensor({c.weight[1] * c.groups}, dt);
+      const Tensor got = conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
+      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
+      const RefTensor want =
+          reference::conv_transpose2d(rx, rw, rb, true, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
+      const RefTensor scale = reference::conv_transpose2d(ref_abs(rx), ref_abs(rw), ref_abs(rb), true, c.stride,
+                                                          c.padding, c.output_padding, c.groups, c.dilation);
+      const int64_t k = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
+      EXPECT_TRUE(product_close(got, want, scale, dt, k)) << dt;
+    }
+}
+
+// ---- backward
+
+TEST(Conv2d, GradientsMatchReferenceWithOneAndTwoThreads) {
+  for (int threads : {1, 2}) {
+    ThreadCount tc(threads);
+    for (const ConvCase& c : kCases) {
+      if (c.input.size() != 4) continue;
+      SCOPED_TRACE(std::string(c.name) + ", threads " + std::to_string(threads));
+      const Tensor x = random_tensor(c.input).requires_grad_(), w = random_tensor(c.weight).requires_grad_();
+      const Tensor b = random_tensor({c.weight[0]}).requires_grad_();
+      const Tensor y = run_conv2d(c, x, w, b);
+      const Tensor gy = random_tensor(y.shape(), DType::f32, true);
+      y.backward(gy);
+      const ConvGeometry g = geometry_of(c);
+      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rg = reference::from_tensor(gy);
+      const auto want = reference::conv2d_backward(rx, rw, rg, g);
+      const auto scale = reference::conv2d_backward(ref_abs(rx), ref_abs(rw), ref_abs(rg), g);
+      const int64_t k_input = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
+      const int64_t k_weight = y.shape()[0] * y.shape()[2] * y.shape()[3];
+      EXPECT_TRUE(product_close(x.grad(), want.input, scale.input, DType::f32, k_input));
+      EXPECT_TRUE(product_close(w.grad(), want.weight, scale.weight, DType::f32, k_weight));
+      EXPECT_TRUE(product_close(b.grad(), want.bias, scale.bias, DType::f32, k_weight));
+    }
+  }
+}
+
+TEST(Conv2d, GradcheckInF64) {
+  const auto leaf = [](const Shape& s) { return random_tensor(s, DType::f64).requires_grad_(); };
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{conv2d(in[0], in[1], in[2], {2, 1}, {1, 2}, {2, 1}, 1)};
+      },
+      {leaf({2, 2, 6, 5}), leaf({3, 2, 2, 3}), leaf({3})});
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{conv2d(in[0], in[1], Tensor(), {1, 1}, "same", {1, 1}, 3)};
+      },
+      {leaf({3, 4, 5}), leaf({3, 1, 2, 4})});
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{conv2d(in[0], in[1], in[2])}; },
+      {leaf({2, 4, 3, 3}), leaf({2, 4, 1, 1}), leaf({2})});
+}
+
+TEST(Conv1d, GradcheckInF64) {
+  const auto leaf = [](const Shape& s) { return random_tensor(s, DType::f64).requires_grad_(); };
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{conv1d(in[0], in[1], in[2], 2, 1, 2)}; },
+      {leaf({2, 3, 9}), leaf({2, 3, 3}), leaf({2})});
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{conv1d(in[0], in[1], Tensor(), 1, "same")}; },
+      {leaf({2, 6}), leaf({3, 2, 4})});
+}
+
+TEST(ConvTranspose2d, GradcheckInF64) {
+  const auto leaf = [](const Shape& s) { return random_tensor(s, DType::f64).requires_grad_(); };
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 0}, 1, {1, 2})};
+      },
+      {leaf({2, 2, 3, 3}), leaf({2, 3, 3, 2}), leaf({3})});
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{conv_transpose2d(in[0], in[1], Tensor(), {1, 2}, {0, 0}, {0, 1}, 2)};
+      },
+      {leaf({4, 2, 3}), leaf({4, 1, 2, 2})});
+}
+
+// ---- mixed precision
+
+TEST(Conv2d, AutocastComputesInTheLowerDtype) {
+  const Tensor x = random_tensor({2, 3, 6, 6}), w = random_tensor({4, 3, 3, 3}).requires_grad_();
+  const Tensor b = random_tensor({4});
+  Tensor y;
+  {
+    AutocastGuard ac(DeviceType::CPU, DType::bf16);
+    y = conv2d(x, w, b, {1, 1}, {1, 1});
+  }
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  const RefTensor want = reference::conv2d(reference::from_tensor(x.to(DType::bf16)),
+                                           reference::from_tensor(w.detach().to(DType::bf16)),
+                                           reference::from_tensor(b.to(DType::bf16)), true,
+                                           {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1});
+  const RefTensor scale = reference::conv2d(ref_abs(reference::from_tensor(x)), ref_abs(reference::from_tensor(w)),
+                                            ref_abs(reference::from_tensor(b)), true, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1});
+  EXPECT_TRUE(product_close(y, want, scale, DType::bf16, 27));
+  y.to(DType::f32).sum().backward();
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+}
+
+// ---- errors
+
+TEST(ConvolutionErrors, NameTheOpAndTheShapes) {
+  EXPECT_EMBER_ERROR(conv2d(zeros({3, 2, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}),
+                     "conv2d", "kernel", "[4, 3, 3, 3]", "larger than the padded input", "[3, 2, 5]");
+  EXPECT_EMBER_ERROR(conv2d(zeros({5, 5}), zeros({4, 3, 3, 3})), "conv2d", "3-D (unbatched) or 4-D", "[5, 5]");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3})), "conv2d", "4-D weight", "[4, 3, 3]");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 2, 3, 3})), "conv2d", "[1, 3, 5, 5]", "3 channels",
+                     "[4, 2, 3, 3]", "groups=1", "expects 2");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 4, 5, 5}), zeros({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2),
+                     "conv2d", "3 output channels", "not divisible by groups=2");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 0),
+                     "conv2d", "groups must be positive");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 2, 2}), zeros({4, 3, 3, 3})), "conv2d", "larger than the padded input",
+                     "[1, 3, 2, 2]");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {3, 3}), "conv2d",
+                     "dilated extent 7");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {0, 1}), "conv2d",
+                     "stride must be positive");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {-1, 0}), "conv2d",
+                     "padding must be non-negative");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 2, 3}), "conv2d",
+                     "stride must have 1 or 2 values");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {2, 2}, "same"), "conv2d",
+                     "\"same\" needs stride 1");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), Tensor(), {1, 1}, "full"), "conv2d",
+                     "\"same\" or \"valid\"", "\"full\"");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), zeros({3})), "conv2d", "bias of shape [3]",
+                     "expected [4]");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}, {DType::f64})), "conv2d", "same dtype",
+                     "float32", "float64");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), zeros({4}, {DType::f64})), "conv2d",
+                     "bias must have the input's dtype");
+  EXPECT_EMBER_ERROR(conv2d(zeros({1, 3, 5, 5}, {DType::i64}), zeros({4, 3, 3, 3}, {DType::i64})), "conv2d",
+                     "floating-point", "int64");
+  EXPECT_EMBER_ERROR(conv2d(Tensor(), zeros({4, 3, 3, 3})), "conv2d", "undefined");
+
+  EXPECT_EMBER_ERROR(conv1d(zeros({1, 3, 5, 5}), zeros({4, 3, 3})), "conv1d", "2-D (unbatched) or 3-D",
+                     "[1, 3, 5, 5]");
+  EXPECT_EMBER_ERROR(conv1d(zeros({1, 3, 2}), zeros({4, 3, 3})), "conv1d", "larger than the padded input");
+  EXPECT_EMBER_ERROR(conv1d(zeros({1, 3, 8}), zeros({4, 3, 3}), Tensor(), 2, "same"), "conv1d",
+                     "\"same\" needs stride 1", "[2]");
+
+  EXPECT_EMBER_ERROR(conv_transpose2d(zeros({1, 3, 4, 4}), zeros({2, 2, 3, 3})), "conv_transpose2d",
+                     "[1, 3, 4, 4]", "3 channels", "[2, 2, 3, 3]");
+  EXPECT_EMBER_ERROR(conv_transpose2d(zeros({1, 3, 4, 4}), zeros({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {0, 0}, 2),
+                     "conv_transpose2d", "not divisible by groups=2");
+  EXPECT_EMBER_ERROR(conv_transpose2d(zeros({1, 2, 4, 4}), zeros({2, 2, 3, 3}), Tensor(), {2, 2}, {0, 0}, {2, 0}),
+                     "conv_transpose2d", "output_padding [2, 0]", "stride [2, 2]", "dilation [1, 1]");
+  EXPECT_EMBER_ERROR(conv_transpose2d(zeros({1, 2, 1, 1}), zeros({2, 2, 1, 1}), Tensor(), {1, 1}, {1, 1}),
+                     "conv_transpose2d", "non-positive output size");
+  EXPECT_EMBER_ERROR(conv_transpose2d(zeros({1, 2, 4, 4}), zeros({2, 3, 3, 3}), zeros({2})), "conv_transpose2d",
+                     "bias of shape [2]", "expected [3]");
+}
