@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/shard.h"
+#include "distributed/default_process_group.h"
 #include "distributed/rendezvous.h"
 
 namespace ember::distributed {
@@ -69,6 +70,7 @@ std::shared_ptr<AcceleratorState> AcceleratorState::initialize(bool cpu, std::ch
     opt.cuda_device = s->device_.is_cuda() ? s->device_.index : -1;
     const std::string backend = s->device_.is_cuda() ? "nccl" : "gloo";
     s->pg_ = new_process_group(s->store_, info.rank, info.world_size, backend, opt);
+    set_default_process_group(s->pg_);
   }
   process_state = s;
   return s;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <typeinfo>
 
 #include "core/autocast.h"
 #include "core/grad_mode.h"
@@ -62,6 +63,23 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   EMBER_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),
               type_name_, ": '", name, "' is already registered");
   children_.emplace_back(name, std::move(module));
+}
+
+std::shared_ptr<Module> Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  EMBER_CHECK(module != nullptr, type_name_, ": replace_child('", name, "'): the new module is null");
+  auto slot = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  EMBER_CHECK(slot != children_.end(), type_name_, ": replace_child: no child named '", name, "'");
+  std::shared_ptr<Module> old = slot->second;
+  if (old == module) return old;
+  EMBER_CHECK(on_child_replaced(name, old, module), type_name_, ": cannot replace its child '", name, "' (",
+              old->type_name(), "): its forward reaches the child through a member of its own; re-point that "
+              "member in on_child_replaced, or build the module with the new child");
+  slot->second = std::move(module);
+  return old;
+}
+
+bool Module::on_child_replaced(const std::string&, const std::shared_ptr<Module>&, const std::shared_ptr<Module>&) {
+  return typeid(*this) == typeid(Module);
 }
 
 void Module::collect(const std::string& prefix, bool params, bool recurse, bool dedupe, bool persistent_only,

@@ -56,6 +56,12 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  // Puts `module` in the place of the child registered as `name` (same name, same position in
+  // the order) and returns the old child. Sequential and ModuleList run the new child; a
+  // module whose forward calls a child through a member of its own must re-point that member
+  // in on_child_replaced, so any other module refuses (ember::Error naming it, nothing changed)
+  // rather than go on running the old child. A plain Module holds nothing but the registry.
+  std::shared_ptr<Module> replace_child(const std::string& name, std::shared_ptr<Module> module);
 
   Tensor parameter(const std::string& dotted_name) const;  // throws when absent
 
@@ -113,6 +119,10 @@ class Module {
   // overload of the same module opens no scope of its own, so hooks run once per call.
   ForwardScope enter_forward();
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  // replace_child asks before `module` takes `old`'s place under `name`: true when this module's
+  // own references follow (it re-pointed them, or keeps none); false refuses the swap.
+  virtual bool on_child_replaced(const std::string& name, const std::shared_ptr<Module>& old,
+                                 const std::shared_ptr<Module>& module);
   // `t` as this module's caller should see it: f32 when set_convert_outputs_to_f32 is on and
   // autocast is active, else unchanged.
   Tensor model_output(const Tensor& t) const;

@@ -281,8 +281,8 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   return dx;
 }
 
-void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
-                           const Tensor& weight, const Tensor& bias, bool training) {
+void check_batch_norm_params(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& weight, const Tensor& bias) {
   const char* op = "batch_norm";
   check_floating_input(input, op);
   const ChannelGeometry g = channel_geometry(input, op);
@@ -300,6 +300,13 @@ void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, cons
   check(bias, "bias");
   EMBER_CHECK(running_mean.defined() == running_var.defined(), op,
               ": running_mean and running_var must both be given or both be undefined");
+}
+
+void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training) {
+  const char* op = "batch_norm";
+  check_batch_norm_params(input, running_mean, running_var, weight, bias);
+  const ChannelGeometry g = channel_geometry(input, op);
   EMBER_CHECK(training || running_mean.defined(), op,
               ": running_mean and running_var must be given when not training (input of shape ", input.shape(), ")");
   EMBER_CHECK(!training || g.n * g.s != 1, op, ": expected more than 1 value per channel when training, got input of "

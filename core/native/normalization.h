@@ -154,6 +154,11 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
                                  const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                                  const Tensor& sum_dy_xmu, const Tensor& count);
 
+// The shape, dtype and device checks of batch_norm's arguments alone: input [N, C, *] floating,
+// running statistics and affine parameters (each may be undefined) of shape [C] on its device.
+// A synchronised batch norm checks these locally; its values per channel count over all ranks.
+void check_batch_norm_params(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& weight, const Tensor& bias);
 // Checks batch_norm's arguments (running statistics and affine parameters of shape [C]) and, in
 // training, that each channel has more than one value.
 void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,

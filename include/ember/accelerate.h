@@ -21,8 +21,10 @@
 #include "accelerate/accelerator_state.h"
 #include "accelerate/checkpointing.h"
 #include "distributed/ddp.h"
+#include "distributed/default_process_group.h"
 #include "distributed/operations.h"
 #include "distributed/overflow_agreement.h"
+#include "distributed/sync_batch_norm.h"
 
 namespace ember {
 

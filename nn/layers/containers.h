@@ -14,6 +14,10 @@ class Sequential : public Module {
   size_t size() const { return items_.size(); }
   std::shared_ptr<Module> operator[](size_t i) const { return items_.at(i); }
 
+ protected:
+  bool on_child_replaced(const std::string& name, const std::shared_ptr<Module>& old,
+                         const std::shared_ptr<Module>& module) override;
+
  private:
   std::vector<std::shared_ptr<Module>> items_;
 };
@@ -33,6 +37,10 @@ class ModuleList : public Module {
   }
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
+
+ protected:
+  bool on_child_replaced(const std::string& name, const std::shared_ptr<Module>& old,
+                         const std::shared_ptr<Module>& module) override;
 
  private:
   std::vector<std::shared_ptr<Module>> items_;

@@ -30,8 +30,18 @@ class BatchNormBase : public Module {
 
  protected:
   BatchNormBase(const char* type_name, int64_t num_features, BatchNormOptions opt);
+  // Takes over `other`'s parameters and buffers (the very tensors, so optimizers and state
+  // dicts holding them see this layer), its options and its training mode: the layer a
+  // synchronised batch norm is converted from.
+  BatchNormBase(const char* type_name, const BatchNormBase& other);
   // Throws when x's rank does not suit the layer.
   virtual void check_input_dim(const Tensor& x) const = 0;
+  // Normalises x (already checked) with `momentum` for the running statistics: batch_norm with
+  // the batch statistics in training or without running ones, else with the running ones.
+  virtual Tensor normalize(const Tensor& x, double momentum);
+
+ private:
+  void register_state(const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& var, const Tensor& batches);
 };
 
 // Input [N, C] or [N, C, L].
