@@ -34,6 +34,7 @@
 #include "nn/models/bert.h"
 #include "nn/models/gpt2.h"
 #include "nn/models/pretrained.h"
+#include "nn/models/resnet.h"
 #include "nn/module.h"
 
 // optim

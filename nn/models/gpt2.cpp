@@ -13,6 +13,7 @@
 #include "core/ops.h"
 #include "nn/init.h"
 #include "nn/io/safetensors.h"
+#include "nn/models/base_prefix.h"
 
 namespace ember::nn {
 
@@ -31,7 +32,6 @@ Tensor padded_causal_mask(const Tensor& attention_mask, int64_t len, Device devi
   return causal + (1.0 - keep) * lowest;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -187,15 +187,7 @@ LoadReport load_gpt2_weights(Module& model, const std::string& dir) {
   // A bare GPT2Model's keys lack the "transformer." of GPT2LMHeadModel's: match the model's naming.
   const StateDict own = model.state_dict();
   const bool model_prefixed = own.count("transformer.wte.weight") > 0;
-  bool file_prefixed = false;
-  for (const auto& [k, v] : weights) file_prefixed |= starts_with(k, "transformer.");
-  StateDict sd;
-  for (const auto& [k, v] : weights) {
-    std::string key = k;
-    if (model_prefixed && !file_prefixed) key = "transformer." + k;
-    if (!model_prefixed && file_prefixed && starts_with(k, "transformer.")) key = k.substr(12);
-    sd.emplace(key, v);
-  }
+  const StateDict sd = match_base_model_prefix(weights, model, "transformer.", "wte.weight");
   LoadReport r = model.load_state_dict(sd, /*strict=*/false);
   const bool tied = !own.count("lm_head.weight") ||
                     own.at("lm_head.weight").impl()->storage == own.at("transformer.wte.weight").impl()->storage;

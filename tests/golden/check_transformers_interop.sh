@@ -4,8 +4,9 @@
 # tests/golden/bert/ files): Ember trains both golden models three AdamW steps and saves them
 # with save_pretrained, then transformers loads them with from_pretrained and must reproduce
 # Ember's logits (make_bert_golden.py --verify); the same for GPT-2 (test_gpt2_golden's export,
-# make_gpt2_golden.py --verify). Then two processes train the MLM model under
-# FULL_SHARD through `ember launch --use_fsdp` and save_state a sharded checkpoint;
+# make_gpt2_golden.py --verify) and ResNet (test_resnet_golden's export,
+# make_resnet_golden.py --verify). Then two processes train the MLM model under FULL_SHARD
+# through `ember launch --use_fsdp` and save_state a sharded checkpoint;
 # `ember merge-weights` turns its shard files into one model.safetensors, which transformers
 # must load and reproduce the sharded job's logits with.
 #   bash tests/golden/check_transformers_interop.sh BUILD_DIR [PYTHON]
@@ -27,6 +28,8 @@ EMBER_BERT_EXPORT_DIR="$out" "$build/tests/test_bert_golden" --gtest_filter='*Ex
 "$python" "$here/make_bert_golden.py" --verify "$out"
 EMBER_GPT2_EXPORT_DIR="$out/gpt2" "$build/tests/test_gpt2_golden" --gtest_filter='*ExportForPythonVerify*' --gtest_brief=1
 "$python" "$here/make_gpt2_golden.py" --verify "$out/gpt2"
+EMBER_RESNET_EXPORT_DIR="$out/resnet" "$build/tests/test_resnet_golden" --gtest_filter='*ExportForPythonVerify*' --gtest_brief=1
+"$python" "$here/make_resnet_golden.py" --verify "$out/resnet"
 "$build/bin/ember" launch --num_processes 2 --use_fsdp --fsdp_sharding_strategy FULL_SHARD \
   --fsdp_transformer_layer_cls_to_wrap BertLayer \
   "$build/tests/programs/sharded_bert_export" "$here/bert" "$out/sharded"
