@@ -22,16 +22,6 @@ Tensor activate(const Tensor& x, const std::string& name) {
   EMBER_FAIL("ResNet: unsupported activation '", name, "'");
 }
 
-// convert_sync_batchnorm swaps a batch norm for a SyncBatchNorm: the layers that call theirs
-// through `normalization` follow it.
-bool repoint_normalization(std::shared_ptr<BatchNormBase>& member, const std::string& name,
-                           const std::shared_ptr<Module>& module) {
-  auto norm = std::dynamic_pointer_cast<BatchNormBase>(module);
-  if (name != "normalization" || !norm) return false;
-  member = std::move(norm);
-  return true;
-}
-
 std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
   return std::make_shared<Conv2d>(ConvOptions{.in_channels = in,
                                               .out_channels = out,
@@ -45,7 +35,11 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t st
 
 ResNetConvLayer::ResNetConvLayer(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
                                  const std::string& activation)
-    : Module("ResNetConvLayer"),
+    : ResNetConvLayer("ResNetConvLayer", in_channels, out_channels, kernel_size, stride, activation) {}
+
+ResNetConvLayer::ResNetConvLayer(const char* type_name, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                                 int64_t stride, const std::string& activation)
+    : Module(type_name),
       convolution(conv(in_channels, out_channels, kernel_size, stride)),
       normalization(std::make_shared<BatchNorm2d>(out_channels)),
       activation(activation) {
@@ -53,32 +47,18 @@ ResNetConvLayer::ResNetConvLayer(int64_t in_channels, int64_t out_channels, int6
   add_child("normalization", normalization);
 }
 
+// convert_sync_batchnorm swaps the batch norm for a SyncBatchNorm: forward follows it.
 bool ResNetConvLayer::on_child_replaced(const std::string& name, const std::shared_ptr<Module>&,
                                         const std::shared_ptr<Module>& module) {
-  return repoint_normalization(normalization, name, module);
+  auto norm = std::dynamic_pointer_cast<BatchNormBase>(module);
+  if (name != "normalization" || !norm) return false;
+  normalization = std::move(norm);
+  return true;
 }
 
 Tensor ResNetConvLayer::forward(const Tensor& x) {
   auto scope = enter_forward();
   return scope.exit(activate(normalization->forward(convolution->forward(x)), activation));
-}
-
-ResNetShortCut::ResNetShortCut(int64_t in_channels, int64_t out_channels, int64_t stride)
-    : Module("ResNetShortCut"),
-      convolution(conv(in_channels, out_channels, 1, stride)),
-      normalization(std::make_shared<BatchNorm2d>(out_channels)) {
-  add_child("convolution", convolution);
-  add_child("normalization", normalization);
-}
-
-bool ResNetShortCut::on_child_replaced(const std::string& name, const std::shared_ptr<Module>&,
-                                       const std::shared_ptr<Module>& module) {
-  return repoint_normalization(normalization, name, module);
-}
-
-Tensor ResNetShortCut::forward(const Tensor& x) {
-  auto scope = enter_forward();
-  return scope.exit(normalization->forward(convolution->forward(x)));
 }
 
 ResNetResidualLayer::ResNetResidualLayer(const ResNetConfig& config, int64_t in_channels, int64_t out_channels,

@@ -31,21 +31,18 @@ class ResNetConvLayer : public Module {
   std::string activation;  // empty: none
 
  protected:
+  ResNetConvLayer(const char* type_name, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                  int64_t stride, const std::string& activation);
   bool on_child_replaced(const std::string& name, const std::shared_ptr<Module>& old,
                          const std::shared_ptr<Module>& module) override;
 };
 
-// The projection of the residual when the width or the resolution changes: 1x1 conv + batch norm.
-class ResNetShortCut : public Module {
+// The projection of the residual when the width or the resolution changes: a 1x1 convolution
+// layer without activation, under transformers' own class name.
+class ResNetShortCut : public ResNetConvLayer {
  public:
-  ResNetShortCut(int64_t in_channels, int64_t out_channels, int64_t stride);
-  Tensor forward(const Tensor& x) override;
-  std::shared_ptr<Conv2d> convolution;
-  std::shared_ptr<BatchNormBase> normalization;
-
- protected:
-  bool on_child_replaced(const std::string& name, const std::shared_ptr<Module>& old,
-                         const std::shared_ptr<Module>& module) override;
+  ResNetShortCut(int64_t in_channels, int64_t out_channels, int64_t stride)
+      : ResNetConvLayer("ResNetShortCut", in_channels, out_channels, 1, stride, "") {}
 };
 
 // One residual layer: activation(layer(x) + shortcut(x)); `shortcut` is null where transformers
