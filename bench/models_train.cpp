@@ -5,7 +5,7 @@
 // bench/models_train_peer.py does for PyTorch.
 //
 //   build/bench/models_train --model cnn --dtype f32 --threads 2
-//   build/bench/models_train --model gpt --dtype bf16 --threads 2 --n-embd 256 --n-layer 4
+//   build/bench/models_train --model gpt --dtype bf16 --threads 2 --n-embd 128 --n-layer 4
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +27,7 @@ struct Options {
   int threads = 2;
   int64_t batch = 0;  // 0: 128 images (cnn), 32 sequences (gpt)
   int64_t seq = 128;
-  int64_t n_embd = 256, n_layer = 4, n_head = 4;
+  int64_t n_embd = 128, n_layer = 4, n_head = 4;  // examples/gpt_text.cpp's defaults
   int warmup = 3, steps = 10;
 };
 
@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
     items = o.batch * o.seq;
   }
   model->train();
-  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  optim::AdamW opt(model->parameters(), {.lr = o.model == "cnn" ? 1e-3 : 2e-3, .weight_decay = o.model == "cnn" ? 0.01 : 0.1});
   std::vector<double> ms;
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < o.warmup + o.steps; ++step) {

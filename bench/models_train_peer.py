@@ -12,8 +12,9 @@ settings.) The models are Ember's examples layer for layer:
        Flatten, Dropout 0.25, Linear(3136->128) ReLU, Dropout 0.25, Linear(128->10); batch 128
        of 28x28 images, cross-entropy, AdamW lr 1e-3.
   gpt  GPT-2 blocks (pre-LN, learned positions, causal attention, tanh GELU, tied head):
-       vocab 257 (bytes + end of text), 4 layers, width 256, 4 heads, context 128, batch 32,
-       next-token cross-entropy, AdamW lr 3e-4, weight decay 0.1.
+       vocab 257 (bytes + end of text), 4 layers, width 128, 4 heads, context 128, batch 32
+       (examples/gpt_text.cpp's defaults; --n-embd/--n-layer/--n-head), next-token
+       cross-entropy, AdamW lr 2e-3, weight decay 0.1.
 bf16 is torch.autocast("cpu", torch.bfloat16) with f32 parameters and optimizer, as in Ember.
 Prints JSON lines: {"kind": "meta", ...} then {"kind": "result", "median_step_ms": ...,
 "items_per_s": ...} (images/s or tokens/s).
@@ -34,6 +35,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=None, help="default: 128 images (cnn), 32 sequences (gpt)")
     p.add_argument("--seq", type=int, default=128, help="gpt context length")
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -55,7 +59,8 @@ def build_cnn(torch):
         nn.Linear(128, 10))
 
 
-def build_gpt(torch, a, vocab=257, layers=4, width=256, heads=4):
+def build_gpt(torch, a, vocab=257):
+    layers, width, heads = a.n_layer, a.n_embd, a.n_head
     nn = torch.nn
     F = torch.nn.functional
 
@@ -136,7 +141,7 @@ def main():
             ids = torch.randint(0, 257, (a.batch, a.seq + 1))
             inputs.append((ids[:, :-1].contiguous(), ids[:, 1:].contiguous()))
         loss_of = lambda m, x, y: F.cross_entropy(m(x).float().view(-1, 257), y.view(-1))
-        opt_args = dict(lr=3e-4, weight_decay=0.1)
+        opt_args = dict(lr=2e-3, weight_decay=0.1)
         items = a.batch * a.seq
     model.train()
     params = sum(p.numel() for p in model.parameters())
