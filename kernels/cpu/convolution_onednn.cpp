@@ -220,8 +220,10 @@ ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const
   const int forced = forced_path().load(std::memory_order_relaxed);
   if (!onednn_supports(pass, x, weight, y, params, has_bias)) return ConvPath::Gemm;
   if (forced != kAutomatic) return static_cast<ConvPath>(forced);
-  // A batch smaller than the pool would leave threads idle (the batch is what is split).
-  return weight[1] >= kOneDnnMinChannels && x[0] >= get_num_threads() ? ConvPath::OneDnn : ConvPath::Gemm;
+  // A batch smaller than the pool would leave threads idle (the batch is what is split); a 1x1
+  // kernel does too little work per element for the reorders to pay.
+  const bool wins = weight[1] >= kOneDnnMinChannels && weight[2] * weight[3] > 1 && x[0] >= get_num_threads();
+  return wins ? ConvPath::OneDnn : ConvPath::Gemm;
 }
 
 void onednn_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,

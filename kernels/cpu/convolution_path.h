@@ -11,15 +11,17 @@
 //   fmnist c1 1->32 3x3 28x28 (128)    50 vs 30       49 vs  8       26 vs  7
 //   fmnist c2 32->64 3x3 14x14 (128)   65 vs 80       66 vs 86       68 vs 64
 //   resnet 64->64 3x3 56x56 (8)        67 vs 88       77 vs 90       70 vs 65
+//   resnet 64->128 1x1 s2 56x56 (8)    65 vs 53       59 vs 52       56 vs 53
 //
 // Dispatch (conv_path_for): forward and input gradient go to oneDNN when each group has at
 // least kOneDnnMinChannels input channels (oneDNN's blocked kernels block over channels; a
-// 1-channel first layer leaves them mostly padding) and the batch has at least an image per
-// thread (the oneDNN path splits the batch over threads); the weight gradient stays on the
-// GEMM path. Only what the primitive supports goes there: f32 (bf16/f16 run widened to f32),
-// one group, no input-gradient bias (conv_transpose2d's), non-negative end padding, not a
-// 1x1 stride-1 convolution (its GEMM needs no im2col). EMBER_CONV_PATH=gemm|onednn (or
-// set_conv_path) forces one wherever oneDNN supports the case.
+// 1-channel first layer leaves them mostly padding), the kernel is larger than 1x1 (a 1x1
+// convolution does too little work per element for the reorders to pay), and the batch has
+// at least an image per thread (the oneDNN path splits the batch over Ember's threads); the
+// weight gradient stays on the GEMM path. Only what the primitive supports goes there: f32
+// (bf16/f16 run widened to f32), one group, no input-gradient bias (conv_transpose2d's),
+// non-negative end padding, not a 1x1 stride-1 convolution (its GEMM needs no im2col).
+// EMBER_CONV_PATH=gemm|onednn (or set_conv_path) forces one wherever oneDNN supports the case.
 #pragma once
 #include <optional>
 

@@ -19,6 +19,7 @@
 #include "test_util.h"
 
 using namespace ember;
+using ember::testing::all_close;
 using ember::testing::kFloatTypes;
 using ember::testing::product_close;
 using ember::testing::random_tensor;
@@ -238,6 +239,26 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   }
 }
 
+// Forward and input gradient run image by image on both paths, so the thread count changes no
+// bit of them (the weight gradient sums per-thread partials, so it may).
+TEST(Conv2d, ForwardAndInputGradientDoNotDependOnTheThreadCount) {
+  const Tensor x = random_tensor({7, 8, 13, 11}), w = random_tensor({5, 8, 3, 3}), b = random_tensor({5});
+  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn}) {
+    SCOPED_TRACE(cpu::conv_path_name(path));
+    ForcedConvPath forced(path);
+    Tensor y[2], dx[2];
+    for (int threads : {1, 2}) {
+      ThreadCount tc(threads);
+      const Tensor xg = x.detach().requires_grad_();
+      y[threads - 1] = conv2d(xg, w, b, {1, 1}, {1, 1}, {1, 1}, 1);
+      y[threads - 1].sum().backward();
+      dx[threads - 1] = xg.grad();
+    }
+    EXPECT_TRUE(all_close(y[1], y[0], 0, 0));
+    EXPECT_TRUE(all_close(dx[1], dx[0], 0, 0));
+  }
+}
+
 TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
   const native::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1};
   auto path = [&](cpu::ConvPass pass, int64_t channels, bool bias) {
@@ -248,6 +269,9 @@ TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
   EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, false), cpu::ConvPath::OneDnn);
   EXPECT_EQ(path(cpu::ConvPass::Forward, enough - 1, true), cpu::ConvPath::Gemm);
   EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::Gemm);
+  const native::Conv2dParams strided{{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1};
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 64, 14, 14}, {16, 64, 1, 1}, {8, 16, 7, 7}, strided, false),
+            cpu::ConvPath::Gemm);
   // conv_transpose2d's bias on the input gradient: the GEMM path adds it.
   EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);
   ForcedConvPath forced(cpu::ConvPath::OneDnn);
