@@ -2,9 +2,9 @@
 // oneDNN 2.6's convolution primitive in its blocked layouts (convolution_onednn.cpp), reached
 // from Ember's NCHW tensors through a reorder of each operand in and of the result out.
 //
-// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time; AMD EPYC Zen 3 AVX2,
-// 2 cores shared with other builds, +-10%), Ember's GEMM path against oneDNN's blocked kernels
-// with the reorders counted ("onednn_reordered"):
+// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time; AMD EPYC Zen 3
+// AVX2, 2 cores shared with other builds, so +-20% from run to run), Ember's GEMM path against
+// oneDNN's blocked kernels with the reorders counted ("onednn_reordered"):
 //
 //   shape (N)                          fwd            bwd_data       bwd_weight
 //   lenet c2 6->16 5x5 12x12 (64)      31 vs 60       32 vs 35       27 vs 46
