@@ -16,6 +16,10 @@
 //                                     (blocked nChw8c/nChw16c: its direct JIT kernels), tensors
 //                                     created in that layout, no reorders timed: what oneDNN
 //                                     reaches when a framework keeps its own layout throughout.
+//   onednn_reordered/<pass>/...       the blocked kernels on NCHW tensors: each call reorders its
+//                                     inputs (activations and weight) into the blocked layouts
+//                                     and its output back, all timed: what a oneDNN path inside
+//                                     Ember's conv2d on NCHW tensors would cost end to end.
 //
 // pass: fwd (y = conv(x, w)), bwd_data (dx), bwd_weight (dw). "GFLOP/s" counts
 // 2 * N * O * Ho * Wo * (C / groups) * kH * kW per pass (the same for all three).
@@ -78,7 +82,13 @@ void ember_conv(benchmark::State& state, ConvShape s, Pass pass, int threads) {
   count_flops(state, s);
 }
 
-void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads, bool blocked) {
+enum class Layout { Nchw, Blocked, BlockedReordered };
+const char* layout_prefix(Layout l) {
+  return l == Layout::Nchw ? "onednn" : l == Layout::Blocked ? "onednn_blocked" : "onednn_reordered";
+}
+
+void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads, Layout layout) {
+  const bool blocked = layout != Layout::Nchw;
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   omp_set_num_threads(threads);
@@ -140,8 +150,26 @@ void onednn_conv(benchmark::State& state, ConvShape s, Pass pass, int threads, b
     impl = pd.impl_info_str();
   }
   state.SetLabel(impl);
+  // Reordered: every argument not already plain gets a plain twin, reordered in (inputs) or out
+  // (the output) around each call.
+  std::vector<std::pair<dnnl::reorder, std::pair<dnnl::memory, dnnl::memory>>> before, after;
+  if (layout == Layout::BlockedReordered) {
+    const int output_arg = pass == Pass::Forward        ? DNNL_ARG_DST
+                           : pass == Pass::BackwardData ? DNNL_ARG_DIFF_SRC
+                                                        : DNNL_ARG_DIFF_WEIGHTS;
+    for (auto& [arg, mem] : args) {
+      const dnnl::memory::desc md = mem.get_desc();
+      const dnnl::memory::desc plain(md.dims(), dt::f32, md.dims().size() == 4 ? tag::nchw : tag::x);
+      if (md == plain) continue;
+      dnnl::memory user = filled(plain);
+      if (arg == output_arg) after.push_back({dnnl::reorder(mem, user), {mem, user}});
+      else before.push_back({dnnl::reorder(user, mem), {user, mem}});
+    }
+  }
   for (auto _ : state) {
+    for (auto& [r, m] : before) r.execute(stream, m.first, m.second);
     prim.execute(stream, args);
+    for (auto& [r, m] : after) r.execute(stream, m.first, m.second);
     stream.wait();
   }
   count_flops(state, s);
@@ -155,9 +183,9 @@ void register_all() {
         benchmark::RegisterBenchmark(("ember" + suffix).c_str(), ember_conv, s, pass, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
-        for (bool blocked : {false, true})
-          benchmark::RegisterBenchmark(((blocked ? "onednn_blocked" : "onednn") + suffix).c_str(), onednn_conv, s,
-                                       pass, threads, blocked)
+        for (Layout layout : {Layout::Nchw, Layout::Blocked, Layout::BlockedReordered})
+          benchmark::RegisterBenchmark((layout_prefix(layout) + suffix).c_str(), onednn_conv, s, pass, threads,
+                                       layout)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
       }

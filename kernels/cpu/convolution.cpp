@@ -4,20 +4,20 @@
 //   backward input:   dx[n, g]             = col2im(W_g^T @ dY[n, g])
 //   backward weight:  dW_g                 = sum over n of dY[n, g] @ col(x[n, g])^T
 //
-// A 1x1, stride-1, unpadded convolution needs no column buffer: x[n, g] is its own col.
+// A 1x1, stride-1, unpadded convolution needs no column buffer: x[n, g] is its own col. With
+// unit strides and Wo == W every col row is one contiguous run of x (ShiftedRow), moved whole.
 // Batches of at least as many images as threads run image by image in parallel (each GEMM then
 // single-threaded); smaller ones run one image at a time with the GEMM itself threaded. Column
 // buffers and the weight gradient's per-thread partial sums live in per-thread scratch
 // (kernels/cpu/scratch.h), reused from call to call. bf16 and f16 run in f32 and are rounded
 // once on the way out, as linalg's f16 products are.
 //
-// Beside oneDNN 2.6's convolution primitive (bench/bench_conv.cpp, f32, one thread, AMD EPYC
-// Zen 3 shared with other builds, so +-20% noise): on NCHW tensors oneDNN runs its own im2col +
-// sgemm ("gemm:jit"), and Ember runs at 0.8-3.3x its GFLOP/s on the LeNet, Fashion-MNIST and
-// ResNet-18 shapes (1.0-1.6x on the ResNet layers). oneDNN's direct
-// kernels are faster (1.1-2.8x Ember, mostly forward) only with every tensor in its blocked
-// nChw8c layout, which Ember's NCHW tensors would reach through a reorder each way per call, so
-// no shape is dispatched to oneDNN.
+// f32 forward and input-gradient passes that oneDNN's blocked kernels run faster, reorders
+// included, go to oneDNN instead (convolution_path.h has the measurements and the choice,
+// convolution_onednn.cpp the path). Lowering several images into one GEMM (columns
+// [Cg*kH*kW, images*Ho*Wo], results scattered back to NCHW) was measured and did not pay on
+// these shapes: the gather/scatter copies cost what the wider GEMM saved, and on 1-channel
+// layers (k = 9) the GEMM is bound by writing its result, which the scatter doubles.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -26,6 +26,8 @@
 #include "core/native/copy.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/convolution_onednn.h"
+#include "kernels/cpu/convolution_path.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 
@@ -67,11 +69,11 @@ std::pair<int64_t, int64_t> valid_range(int64_t out_size, int64_t size, int64_t 
   return {std::min(lo, out_size), std::clamp<int64_t>(hi, std::min(lo, out_size), out_size)};
 }
 
-// Visits every (col row, output row) pair of one image's column matrix with the input row it
-// reads (or nullptr-like -1 when it lies in the padding) and the valid output columns, so
+// Visits every (col row, output row) pair of one image's column matrix (rows `ld` apart) with
+// the input row it reads (-1 when it lies in the padding) and the valid output columns, so
 // im2col and col2im share one walk over the geometry.
 template <typename Visit>
-void walk_columns(const Geometry& g, const Visit& visit) {
+void walk_columns(const Geometry& g, int64_t ld, const Visit& visit) {
   const auto& p = g.p;
   for (int64_t c = 0; c < g.group_channels(); ++c)
     for (int64_t kh = 0; kh < g.kernel_h; ++kh)
@@ -82,17 +84,65 @@ void walk_columns(const Geometry& g, const Visit& visit) {
         for (int64_t oh = 0; oh < g.out_h; ++oh) {
           const int64_t ih = oh * p.stride[0] - p.padding_begin[0] + kh * p.dilation[0];
           const bool inside = ih >= 0 && ih < g.height;
-          visit(row * g.out_area() + oh * g.out_w, inside ? (c * g.height + ih) * g.width + col_start : -1, lo,
+          visit(row * ld + oh * g.out_w, inside ? (c * g.height + ih) * g.width + col_start : -1, lo,
                 inside ? hi : lo);
         }
       }
 }
 
-// col [Cg*kH*kW, Ho*Wo] from x [Cg, H, W].
+// With unit strides and Wo == W, output position (oh, ow) of col row (c, kh, kw) reads input
+// element (oh * W + ow) + shift of x: each col row is one contiguous run of x, with the entries
+// that wrap around a row edge (ow outside [lo, hi)) and the rows outside [oh_lo, oh_hi) in the
+// padding. im2col and col2im then move whole runs instead of Wo-long pieces.
+struct ShiftedRow {
+  int64_t row, shift, oh_lo, oh_hi, lo, hi;
+  bool empty() const { return oh_lo >= oh_hi || lo >= hi; }
+  int64_t first() const { return oh_lo * width + lo; }      // the run [first, last) in col
+  int64_t last() const { return (oh_hi - 1) * width + hi; }
+  int64_t width;
+};
+
+bool unit_stride_full_width(const Geometry& g) {
+  return g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.out_w == g.width;
+}
+
+template <typename Visit>
+void walk_shifted_rows(const Geometry& g, const Visit& visit) {
+  const auto& p = g.p;
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+      for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+        const int64_t dy = kh * p.dilation[0] - p.padding_begin[0], dx = kw * p.dilation[1] - p.padding_begin[1];
+        const auto [oh_lo, oh_hi] = valid_range(g.out_h, g.height, 1, dy);
+        const auto [lo, hi] = valid_range(g.out_w, g.width, 1, dx);
+        visit(ShiftedRow{(c * g.kernel_h + kh) * g.kernel_w + kw, (c * g.height + dy) * g.width + dx, oh_lo, oh_hi,
+                         lo, hi, g.width});
+      }
+}
+
+// col [Cg*kH*kW, Ho*Wo] (rows `ld` apart) from x [Cg, H, W].
 template <typename T>
-void im2col(const Geometry& g, const T* x, T* col) {
-  const int64_t stride = g.p.stride[1], out_w = g.out_w;
-  walk_columns(g, [&](int64_t dst, int64_t src, int64_t lo, int64_t hi) {
+void im2col(const Geometry& g, const T* x, T* col, int64_t ld) {
+  const int64_t stride = g.p.stride[1], out_w = g.out_w, area = g.out_area();
+  if (unit_stride_full_width(g)) {
+    walk_shifted_rows(g, [&](const ShiftedRow& r) {
+      T* d = col + r.row * ld;
+      if (r.empty()) {
+        std::fill(d, d + area, T(0));
+        return;
+      }
+      std::fill(d, d + r.first(), T(0));
+      std::copy(x + r.first() + r.shift, x + r.last() + r.shift, d + r.first());
+      std::fill(d + r.last(), d + area, T(0));
+      if (r.lo > 0 || r.hi < out_w)  // the entries that wrapped around a row edge
+        for (int64_t oh = r.oh_lo; oh < r.oh_hi; ++oh) {
+          std::fill(d + oh * out_w, d + oh * out_w + r.lo, T(0));
+          std::fill(d + oh * out_w + r.hi, d + (oh + 1) * out_w, T(0));
+        }
+    });
+    return;
+  }
+  walk_columns(g, ld, [&](int64_t dst, int64_t src, int64_t lo, int64_t hi) {
     T* d = col + dst;
     std::fill(d, d + lo, T(0));
     if (stride == 1) {
@@ -104,13 +154,31 @@ void im2col(const Geometry& g, const T* x, T* col) {
   });
 }
 
-// x [Cg, H, W] += the columns of col scattered back to where im2col read them.
+// x [Cg, H, W] += the columns of col (rows `ld` apart) scattered back to where im2col read them.
+// May zero the entries of col that read the padding.
 template <typename T>
-void col2im(const Geometry& g, const T* col, T* x) {
-  const int64_t stride = g.p.stride[1];
-  walk_columns(g, [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
+void col2im(const Geometry& g, T* col, T* x, int64_t ld) {
+  const int64_t stride = g.p.stride[1], out_w = g.out_w;
+  if (unit_stride_full_width(g)) {
+    walk_shifted_rows(g, [&](const ShiftedRow& r) {
+      if (r.empty()) return;
+      T* s = col + r.row * ld;
+      // Zero the wrapped entries inside the run, which then adds as one piece.
+      if (r.lo > 0 || r.hi < out_w)
+        for (int64_t oh = r.oh_lo; oh + 1 < r.oh_hi; ++oh)
+          std::fill(s + oh * out_w + r.hi, s + (oh + 1) * out_w + r.lo, T(0));
+      for (int64_t i = r.first(); i < r.last(); ++i) x[i + r.shift] += s[i];
+    });
+    return;
+  }
+  walk_columns(g, ld, [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
     const T* s = col + src;
-    for (int64_t ow = lo; ow < hi; ++ow) x[dst + ow * stride] += s[ow];
+    T* d = x + dst;
+    if (stride == 1) {
+      for (int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];  // unit stride: vectorised
+    } else {
+      for (int64_t ow = lo; ow < hi; ++ow) d[ow * stride] += s[ow];
+    }
   });
 }
 
@@ -145,7 +213,7 @@ void forward_typed(const Tensor& out, const Tensor& input, const Tensor& weight,
         T* yg = y + (n * g.out_channels + grp * og) * area;
         if (b)
           for (int64_t o = 0; o < og; ++o) std::fill(yg + o * area, yg + (o + 1) * area, b[grp * og + o]);
-        if (!g.direct()) im2col(g, xg, col);
+        if (!g.direct()) im2col(g, xg, col, area);
         gemm_rm<T>(false, false, og, area, kg, w + grp * og * kg, kg, g.direct() ? xg : col, area, b ? T(1) : T(0),
                    yg, area);
       }
@@ -173,7 +241,7 @@ void backward_input_typed(const Tensor& grad_input, const Tensor& grad_output, c
         } else {
           gemm_rm<T>(true, false, kg, area, og, w + grp * og * kg, kg, dyg, area, T(0), col, area);
           std::fill(dxg, dxg + cg * in_area, T(0));
-          col2im(g, col, dxg);
+          col2im(g, col, dxg, area);
         }
         if (b)
           for (int64_t c = 0; c < cg; ++c)
@@ -203,7 +271,7 @@ void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output,
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         const T* xg = x + (n * g.channels + grp * g.group_channels()) * g.in_area();
-        if (!g.direct()) im2col(g, xg, col);
+        if (!g.direct()) im2col(g, xg, col, area);
         gemm_rm<T>(false, true, og, kg, area, dy + (n * g.out_channels + grp * og) * area, area,
                    g.direct() ? xg : col, area, T(1), acc + grp * og * kg, kg);
       }
@@ -239,12 +307,20 @@ void run_typed(const Tensor& result, const Tensor& a, const Tensor& b, const Ten
 template <typename T>
 struct Forward {
   static void run(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::conv_path_for(cpu::ConvPass::Forward, x.shape(), w.shape(), out.shape(), p, b.defined()) ==
+          cpu::ConvPath::OneDnn)
+        return cpu::onednn_conv2d(out, x, w, b, p);
     forward_typed<T>(out, x, w, b, p);
   }
 };
 template <typename T>
 struct BackwardInput {
   static void run(const Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::conv_path_for(cpu::ConvPass::BackwardInput, dx.shape(), w.shape(), dy.shape(), p, b.defined()) ==
+          cpu::ConvPath::OneDnn)
+        return cpu::onednn_conv2d_backward_input(dx, dy, w, p);
     backward_input_typed<T>(dx, dy, w, b, p);
   }
 };

@@ -48,15 +48,12 @@
 //     kernel is not chosen: never clearly ahead of Ember's, and far behind on attention.
 //   AVX-512 without bf16, and EMBER_CPU_CAPABILITY=avx2: widened.
 #include <dnnl.hpp>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdlib>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,6 +70,7 @@
 #include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemm_bands.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/onednn_runtime.h"
 
 namespace ember::cpu {
 namespace {
@@ -97,30 +95,6 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 }
 
 // ---- native path
-
-// Caps OpenMP at one thread on this thread for the lifetime of the guard (oneDNN sizes its
-// work split at primitive creation and runs it at execution; both must see one thread).
-class SingleOmpThread {
- public:
-  SingleOmpThread() : previous_(omp_get_max_threads()) {
-    if (previous_ != 1) omp_set_num_threads(1);
-  }
-  ~SingleOmpThread() {
-    if (previous_ != 1) omp_set_num_threads(previous_);
-  }
-  SingleOmpThread(const SingleOmpThread&) = delete;
-  SingleOmpThread& operator=(const SingleOmpThread&) = delete;
-
- private:
-  int previous_;
-};
-
-// One CPU engine for the process (primitives run only on streams of the engine that created
-// them). Never destroyed: pool threads may still hold streams on it at exit.
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
 
 struct PrimitiveKey {
   int64_t m, n, k, lda, ldb, ldc;
@@ -166,8 +140,8 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
     attr.set_post_ops(ops);
   }
   CachedPrimitive made;
-  SingleOmpThread one_thread;
-  made.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, cpu_engine(),
+  OmpThreads one_thread(1);
+  made.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, onednn_engine(),
                                          /*allow_empty=*/true);
   if (!made.pd) return made;
   if (std::string_view(made.pd.impl_info_str()).starts_with("ref")) return made;
@@ -177,69 +151,26 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
   return made;
 }
 
-class PrimitiveCache {
- public:
-  std::shared_ptr<const CachedPrimitive> get(const PrimitiveKey& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = index_.find(key); it != index_.end()) {
-      order_.splice(order_.begin(), order_, it->second);
-      return it->second->second;
-    }
-    // Created under the lock: bands of one product share a key, and the second band waits
-    // for the first band's primitive instead of building its own.
-    auto made = std::make_shared<const CachedPrimitive>(create_primitive(key));
-    order_.emplace_front(key, made);
-    index_[key] = order_.begin();
-    if (order_.size() > kCacheCapacity) {
-      index_.erase(order_.back().first);
-      order_.pop_back();  // a thread running it still holds its own reference
-    }
-    return made;
-  }
+using MatmulCache = PrimitiveCache<PrimitiveKey, CachedPrimitive, PrimitiveKeyHash>;
 
- private:
-  using Entry = std::pair<PrimitiveKey, std::shared_ptr<const CachedPrimitive>>;
-  std::mutex mutex_;
-  std::list<Entry> order_;  // most recently used first
-  std::unordered_map<PrimitiveKey, std::list<Entry>::iterator, PrimitiveKeyHash> index_;
-};
-
-PrimitiveCache& primitive_cache() {
-  static PrimitiveCache* cache = new PrimitiveCache();  // outlives pool threads at exit
+MatmulCache& primitive_cache() {
+  static MatmulCache* cache = new MatmulCache(kCacheCapacity);  // outlives pool threads at exit
   return *cache;
 }
 
-// Per-thread scratch memory for primitives, grown as needed, 64-byte aligned.
-void* thread_scratchpad(size_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    std::free(buffer.data);
-    buffer.size = (bytes + 63) / 64 * 64;
-    buffer.data = std::aligned_alloc(64, buffer.size);
-    EMBER_CHECK(buffer.data != nullptr, "gemm: cannot allocate ", buffer.size, " bytes of bf16 GEMM scratch memory");
-  }
-  return buffer.data;
-}
-
 void run_primitive(const CachedPrimitive& p, const BFloat16* a, const BFloat16* b, void* c) {
-  thread_local std::optional<dnnl::stream> stream;
-  if (!stream) stream.emplace(cpu_engine());
-  const dnnl::engine& engine = cpu_engine();
+  dnnl::stream& stream = onednn_thread_stream();
+  const dnnl::engine& engine = onednn_engine();
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, dnnl::memory(p.pd.src_desc(), engine, const_cast<BFloat16*>(a))},
       {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), engine, const_cast<BFloat16*>(b))},
       {DNNL_ARG_DST, dnnl::memory(p.pd.dst_desc(), engine, c)}};
   if (p.scratchpad_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(p.pd.scratchpad_desc(), engine, thread_scratchpad(p.scratchpad_bytes)));
-  SingleOmpThread one_thread;
-  p.primitive.execute(*stream, args);
-  stream->wait();
+                 dnnl::memory(p.pd.scratchpad_desc(), engine, onednn_thread_scratchpad(p.scratchpad_bytes)));
+  OmpThreads one_thread(1);
+  p.primitive.execute(stream, args);
+  stream.wait();
 }
 
 // oneDNN 2.6.3's AMX bf16 matmul dies with SIGILL (a tile shape its kernel did not configure)
@@ -284,7 +215,7 @@ void onednn_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                          std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta)};
   std::shared_ptr<const CachedPrimitive> p;
   try {
-    p = primitive_cache().get(key);
+    p = primitive_cache().get(key, create_primitive);
   } catch (const dnnl::error& e) {
     EMBER_FAIL("gemm: oneDNN could not create a bf16 matmul for m=", m, " n=", n, " k=", k, " lda=", lda,
                " ldb=", ldb, " ldc=", ldc, ": ", e.what());

@@ -2,18 +2,24 @@
 // table of geometries (stride, padding numeric and "same"/"valid", dilation, groups,
 // depthwise, bias, unbatched, non-contiguous, size-1 dims, 1x1 convolutions that skip im2col),
 // in every float dtype; gradients against the reference's in f32 with one and two threads;
+// each CPU path (im2col + GEMM, oneDNN's blocked kernels) forced, and the automatic choice;
 // gradcheck in f64; autocast; errors that name the op and the shapes.
 //
 // Tolerances follow tests/ops/test_linalg.cpp: each output is a k-term dot product (k =
 // Cg * kH * kW forward), checked within product_rel(dtype, k) * (|x| * |w|) elementwise,
 // |x| * |w| being the same convolution of the magnitudes.
+#include <iterator>
 #include <string>
+#include <vector>
 
+#include "core/native/convolution.h"
+#include "kernels/cpu/convolution_path.h"
 #include "kernels/reference/convolution.h"
 #include "linalg_check.h"
 #include "test_util.h"
 
 using namespace ember;
+using ember::testing::all_close;
 using ember::testing::kFloatTypes;
 using ember::testing::product_close;
 using ember::testing::random_tensor;
@@ -51,6 +57,7 @@ const ConvCase kCases[] = {
     {"1x1 stride 2", {2, 4, 7, 6}, {3, 4, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true},
     {"1x1 padded", {2, 2, 3, 3}, {3, 2, 1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, true},
     {"size-1 dims", {1, 1, 1, 5}, {1, 1, 1, 3}, {1, 1}, {0, 1}, {1, 1}, 1, true},
+    {"padding taller than the input", {2, 2, 1, 4}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
     {"kernel equals padded input", {2, 2, 3, 3}, {2, 2, 5, 5}, {1, 1}, {1, 1}, {1, 1}, 1, true},
     {"batch of one", {1, 3, 10, 10}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
 };
@@ -77,6 +84,11 @@ Tensor run_conv2d(const ConvCase& c, const Tensor& x, const Tensor& w, const Ten
 
 int64_t taps(const Shape& weight) { return weight[1] * weight[2] * weight[3]; }
 
+struct ForcedConvPath {
+  explicit ForcedConvPath(cpu::ConvPath path) { cpu::set_conv_path(path); }
+  ~ForcedConvPath() { cpu::set_conv_path(std::nullopt); }
+};
+
 struct ThreadCount {
   explicit ThreadCount(int n) : saved(get_num_threads()) { set_num_threads(n); }
   ~ThreadCount() { set_num_threads(saved); }
@@ -87,19 +99,23 @@ struct ThreadCount {
 
 // ---- forward
 
+void expect_forward_matches_reference(const ConvCase& c, DType dt, bool strided) {
+  const Tensor x = random_tensor(c.input, dt, strided), w = random_tensor(c.weight, dt, strided);
+  const Tensor b = c.bias ? random_tensor({c.weight[0]}, dt) : Tensor();
+  const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w);
+  const RefTensor rb = c.bias ? reference::from_tensor(b) : RefTensor();
+  const ConvGeometry g = geometry_of(c);
+  const RefTensor want = reference::conv2d(rx, rw, rb, c.bias, g);
+  const RefTensor scale = reference::conv2d(ref_abs(rx), ref_abs(rw), c.bias ? ref_abs(rb) : rb, c.bias, g);
+  EXPECT_TRUE(product_close(run_conv2d(c, x, w, b), want, scale, dt, taps(c.weight))) << dt;
+}
+
 TEST(Conv2d, EveryCaseAndDtypeMatchesReference) {
   for (const ConvCase& c : kCases)
     for (DType dt : kFloatTypes)
       for (bool strided : {false, true}) {
         SCOPED_TRACE(std::string(c.name) + (strided ? " non-contiguous" : ""));
-        const Tensor x = random_tensor(c.input, dt, strided), w = random_tensor(c.weight, dt, strided);
-        const Tensor b = c.bias ? random_tensor({c.weight[0]}, dt) : Tensor();
-        const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w);
-        const RefTensor rb = c.bias ? reference::from_tensor(b) : RefTensor();
-        const ConvGeometry g = geometry_of(c);
-        const RefTensor want = reference::conv2d(rx, rw, rb, c.bias, g);
-        const RefTensor scale = reference::conv2d(ref_abs(rx), ref_abs(rw), c.bias ? ref_abs(rb) : rb, c.bias, g);
-        EXPECT_TRUE(product_close(run_conv2d(c, x, w, b), want, scale, dt, taps(c.weight))) << dt;
+        expect_forward_matches_reference(c, dt, strided);
       }
 }
 
@@ -172,28 +188,95 @@ TEST(ConvTranspose2d, MatchesReference) {
 
 // ---- backward
 
+void expect_gradients_match_reference(const ConvCase& c) {
+  const Tensor x = random_tensor(c.input).requires_grad_(), w = random_tensor(c.weight).requires_grad_();
+  const Tensor b = random_tensor({c.weight[0]}).requires_grad_();
+  const Tensor y = run_conv2d(c, x, w, b);
+  const Tensor gy = random_tensor(y.shape(), DType::f32, true);
+  y.backward(gy);
+  const ConvGeometry g = geometry_of(c);
+  const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rg = reference::from_tensor(gy);
+  const auto want = reference::conv2d_backward(rx, rw, rg, g);
+  const auto scale = reference::conv2d_backward(ref_abs(rx), ref_abs(rw), ref_abs(rg), g);
+  const int64_t k_input = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
+  const int64_t k_weight = y.shape()[0] * y.shape()[2] * y.shape()[3];
+  EXPECT_TRUE(product_close(x.grad(), want.input, scale.input, DType::f32, k_input));
+  EXPECT_TRUE(product_close(w.grad(), want.weight, scale.weight, DType::f32, k_weight));
+  EXPECT_TRUE(product_close(b.grad(), want.bias, scale.bias, DType::f32, k_weight));
+}
+
 TEST(Conv2d, GradientsMatchReferenceWithOneAndTwoThreads) {
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
     for (const ConvCase& c : kCases) {
       if (c.input.size() != 4) continue;
       SCOPED_TRACE(std::string(c.name) + ", threads " + std::to_string(threads));
-      const Tensor x = random_tensor(c.input).requires_grad_(), w = random_tensor(c.weight).requires_grad_();
-      const Tensor b = random_tensor({c.weight[0]}).requires_grad_();
-      const Tensor y = run_conv2d(c, x, w, b);
-      const Tensor gy = random_tensor(y.shape(), DType::f32, true);
-      y.backward(gy);
-      const ConvGeometry g = geometry_of(c);
-      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rg = reference::from_tensor(gy);
-      const auto want = reference::conv2d_backward(rx, rw, rg, g);
-      const auto scale = reference::conv2d_backward(ref_abs(rx), ref_abs(rw), ref_abs(rg), g);
-      const int64_t k_input = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
-      const int64_t k_weight = y.shape()[0] * y.shape()[2] * y.shape()[3];
-      EXPECT_TRUE(product_close(x.grad(), want.input, scale.input, DType::f32, k_input));
-      EXPECT_TRUE(product_close(w.grad(), want.weight, scale.weight, DType::f32, k_weight));
-      EXPECT_TRUE(product_close(b.grad(), want.bias, scale.bias, DType::f32, k_weight));
+      expect_gradients_match_reference(c);
     }
   }
+}
+
+// Each CPU path forced (where oneDNN cannot run a case, such as groups > 1, it falls back to
+// the GEMM), on the cases plus shapes with enough channels for the automatic choice to pick
+// oneDNN, forward in f32 and bf16 (widened to f32) and gradients with one and two threads.
+TEST(Conv2d, EveryCpuPathMatchesReference) {
+  std::vector<ConvCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({"8 channels same", {3, 8, 7, 6}, {5, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  cases.push_back({"8 channels stride 2", {2, 8, 9, 8}, {4, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, false});
+  cases.push_back({"8 channels dilated", {2, 8, 9, 9}, {3, 8, 3, 2}, {1, 1}, {2, 1}, {2, 3}, 1, true});
+  cases.push_back({"8 channels stride leaves rows", {2, 8, 8, 8}, {4, 8, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true});
+  cases.push_back({"8 channels groups 2", {2, 8, 6, 6}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true});
+  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn}) {
+    ForcedConvPath forced(path);
+    for (int threads : {1, 2}) {
+      ThreadCount tc(threads);
+      for (const ConvCase& c : cases) {
+        SCOPED_TRACE(std::string(c.name) + ", " + cpu::conv_path_name(path) + ", threads " + std::to_string(threads));
+        for (DType dt : {DType::f32, DType::bf16}) expect_forward_matches_reference(c, dt, false);
+        if (c.input.size() == 4) expect_gradients_match_reference(c);
+      }
+    }
+  }
+}
+
+// Forward and input gradient run image by image on both paths, so the thread count changes no
+// bit of them (the weight gradient sums per-thread partials, so it may).
+TEST(Conv2d, ForwardAndInputGradientDoNotDependOnTheThreadCount) {
+  const Tensor x = random_tensor({7, 8, 13, 11}), w = random_tensor({5, 8, 3, 3}), b = random_tensor({5});
+  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn}) {
+    SCOPED_TRACE(cpu::conv_path_name(path));
+    ForcedConvPath forced(path);
+    Tensor y[2], dx[2];
+    for (int threads : {1, 2}) {
+      ThreadCount tc(threads);
+      const Tensor xg = x.detach().requires_grad_();
+      y[threads - 1] = conv2d(xg, w, b, {1, 1}, {1, 1}, {1, 1}, 1);
+      y[threads - 1].sum().backward();
+      dx[threads - 1] = xg.grad();
+    }
+    EXPECT_TRUE(all_close(y[1], y[0], 0, 0));
+    EXPECT_TRUE(all_close(dx[1], dx[0], 0, 0));
+  }
+}
+
+TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
+  const native::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1};
+  auto path = [&](cpu::ConvPass pass, int64_t channels, bool bias) {
+    return cpu::conv_path_for(pass, {8, channels, 14, 14}, {16, channels, 3, 3}, {8, 16, 14, 14}, p, bias);
+  };
+  const int64_t enough = cpu::kOneDnnMinChannels;
+  EXPECT_EQ(path(cpu::ConvPass::Forward, enough, true), cpu::ConvPath::OneDnn);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, false), cpu::ConvPath::OneDnn);
+  EXPECT_EQ(path(cpu::ConvPass::Forward, enough - 1, true), cpu::ConvPath::Gemm);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::Gemm);
+  const native::Conv2dParams strided{{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1};
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 64, 14, 14}, {16, 64, 1, 1}, {8, 16, 7, 7}, strided, false),
+            cpu::ConvPath::Gemm);
+  // conv_transpose2d's bias on the input gradient: the GEMM path adds it.
+  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);
+  ForcedConvPath forced(cpu::ConvPath::OneDnn);
+  EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), cpu::ConvPath::Gemm);  // not supported there
 }
 
 TEST(Conv2d, GradcheckInF64) {

@@ -1,0 +1,48 @@
+// Which kernel runs an f32 CPU convolution pass: Ember's im2col + GEMM (convolution.cpp) or
+// oneDNN 2.6's convolution primitive in its blocked layouts (convolution_onednn.cpp), reached
+// from Ember's NCHW tensors through a reorder of each operand in and of the result out.
+//
+// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time; AMD EPYC Zen 3
+// AVX2, 2 cores shared with other builds, so +-20% from run to run), Ember's GEMM path against
+// oneDNN's blocked kernels with the reorders counted ("onednn_reordered"):
+//
+//   shape (N)                          fwd            bwd_data       bwd_weight
+//   lenet c2 6->16 5x5 12x12 (64)      31 vs 60       32 vs 35       27 vs 46
+//   fmnist c1 1->32 3x3 28x28 (128)    50 vs 30       49 vs  8       26 vs  7
+//   fmnist c2 32->64 3x3 14x14 (128)   65 vs 80       66 vs 86       68 vs 64
+//   resnet 64->64 3x3 56x56 (8)        67 vs 88       77 vs 90       70 vs 65
+//   resnet 64->128 1x1 s2 56x56 (8)    65 vs 53       59 vs 52       56 vs 53
+//
+// Dispatch (conv_path_for): forward and input gradient go to oneDNN when each group has at
+// least kOneDnnMinChannels input channels (oneDNN's blocked kernels block over channels; a
+// 1-channel first layer leaves them mostly padding), the kernel is larger than 1x1 (a 1x1
+// convolution does too little work per element for the reorders to pay), and the batch has
+// at least an image per thread (the oneDNN path splits the batch over Ember's threads); the
+// weight gradient stays on the GEMM path. Only what the primitive supports goes there: f32
+// (bf16/f16 run widened to f32), one group, no input-gradient bias (conv_transpose2d's),
+// non-negative end padding, not a 1x1 stride-1 convolution (its GEMM needs no im2col).
+// EMBER_CONV_PATH=gemm|onednn (or set_conv_path) forces one wherever oneDNN supports the case.
+#pragma once
+#include <optional>
+
+#include "core/native/convolution.h"
+
+namespace ember::cpu {
+
+enum class ConvPath { Gemm = 0, OneDnn = 1 };
+enum class ConvPass { Forward, BackwardInput, BackwardWeight };
+
+// Input channels per group from which oneDNN's blocked kernels win (the table above).
+inline constexpr int64_t kOneDnnMinChannels = 4;
+
+const char* conv_path_name(ConvPath path);
+// The path a pass takes: x [N, C, H, W], weight [O, C / groups, kH, kW], y [N, O, Ho, Wo] (the
+// shapes of the forward convolution whatever the pass). An EMBER_CONV_PATH value other than gemm
+// or onednn is an ember::Error naming it.
+ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y,
+                       const native::Conv2dParams& params, bool has_bias);
+// Forces one path wherever oneDNN supports the case (tests, benchmarks); std::nullopt restores
+// the automatic choice.
+void set_conv_path(std::optional<ConvPath> path);
+
+}  // namespace ember::cpu
