@@ -8,8 +8,11 @@
 //   build/bench/models_train --model gpt --dtype bf16 --threads 2 --n-embd 128 --n-layer 4
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 

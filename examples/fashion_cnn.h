@@ -1,6 +1,7 @@
 // The small CNN of examples/fashion_mnist.cpp, shared with bench/models_train.cpp and its
 // PyTorch peer (bench/models_train_peer.py builds the same layers).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <utility>
 
