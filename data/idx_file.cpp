@@ -118,7 +118,7 @@ Tensor IdxArray::to_tensor() const {
               bytes.size(), " bytes do not hold ", dims_text(dims), " values of type ", idx_type_name(type));
   if (type == IdxType::f32 || type == IdxType::f64) {
     Tensor t = empty(shape, {type == IdxType::f32 ? DType::f32 : DType::f64});
-    std::memcpy(t.raw_data(), bytes.data(), bytes.size());
+    if (n > 0) std::memcpy(t.raw_data(), bytes.data(), bytes.size());  // an empty tensor has no data pointer
     return t;
   }
   Tensor t = empty(shape, {DType::i64});

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "data/idx_file.h"
 #include "data/tsv_dataset.h"
 #include "data/wordpiece_tokenizer.h"
 #include "nn/io/json_config.h"
@@ -99,6 +100,19 @@ TEST(FuzzRegressions, TsvHugeLabelWithoutNumLabels) {
   texts.labels = {int64_t(1) << 40};
   const std::string m3 = message_of([&] { texts.label_counts(); });
   EXPECT_NE(m3.find("label_counts: label 1099511627776 is outside [0, 16777216)"), std::string::npos) << m3;
+}
+
+// A float IDX file with a zero dimension (bytes 00 00 0d 02, dims 0 and 0x00dcdd3e): an empty
+// array, whose conversion to a tensor passed the empty tensor's null data pointer to memcpy
+// (UBSan: null pointer passed as argument 1). Now an empty f32 tensor of that shape.
+TEST(FuzzRegressions, IdxEmptyFloatArrayBecomesAnEmptyTensor) {
+  TempDir dir("fuzz_regressions");
+  const std::string path = dir.write("empty.idx", std::string("\x00\x00\x0d\x02\x00\x00\x00\x00\x00\xdc\xdd\x3e", 12));
+  const ember::data::IdxArray array = ember::data::read_idx(path);
+  const ember::Tensor t = array.to_tensor();
+  EXPECT_EQ(t.dtype(), ember::DType::f32);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.shape(), (ember::Shape{0, 0x00dcdd3e}));
 }
 
 // A single 300,000-character word: must become [UNK] (longer than kMaxWordChars) in linear time.
