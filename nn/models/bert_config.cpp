@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "nn/io/json_config.h"
-#include "nn/models/config_labels.h"
+#include "nn/models/config_fields.h"
 
 namespace ember::nn {
 
@@ -111,11 +111,7 @@ BertConfig from_config(const JsonConfig& j) {
   c.architectures = j.get<std::vector<std::string>>("architectures", {});
   const std::string pet = j.get<std::string>("position_embedding_type", "absolute");
   EMBER_CHECK(pet == "absolute", j.source(), ": position_embedding_type '", pet, "' is not supported (absolute only)");
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    EMBER_FAIL(j.source(), ": ", e.what());
-  }
+  validate_read_config(j, [&] { c.validate(); });
   return c;
 }
 }  // namespace

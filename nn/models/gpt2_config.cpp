@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "nn/io/json_config.h"
+#include "nn/models/config_fields.h"
 
 namespace ember::nn {
 
@@ -80,11 +81,7 @@ GPT2Config from_config(const JsonConfig& j) {
   c.bos_token_id = j.contains("bos_token_id") ? j.get_optional<int64_t>("bos_token_id") : c.bos_token_id;
   c.eos_token_id = j.contains("eos_token_id") ? j.get_optional<int64_t>("eos_token_id") : c.eos_token_id;
   c.architectures = j.get<std::vector<std::string>>("architectures", {});
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    EMBER_FAIL(j.source(), ": ", e.what());
-  }
+  validate_read_config(j, [&] { c.validate(); });
   return c;
 }
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "nn/io/json_config.h"
-#include "nn/models/config_labels.h"
+#include "nn/models/config_fields.h"
 
 namespace ember::nn {
 
@@ -76,11 +76,7 @@ ResNetConfig from_config(const JsonConfig& j) {
   c.downsample_in_bottleneck = j.get<bool>("downsample_in_bottleneck", c.downsample_in_bottleneck);
   c.num_labels = read_num_labels(j, c.num_labels);
   c.architectures = j.get<std::vector<std::string>>("architectures", {});
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    EMBER_FAIL(j.source(), ": ", e.what());
-  }
+  validate_read_config(j, [&] { c.validate(); });
   return c;
 }
 }  // namespace

@@ -1,8 +1,9 @@
-#include "nn/models/config_labels.h"
+#include "nn/models/config_fields.h"
 
 #include <map>
 #include <string>
 
+#include "core/error.h"
 #include "nn/io/json_config.h"
 
 namespace ember::nn {
@@ -21,6 +22,14 @@ void write_default_labels(JsonConfig& j, int64_t num_labels) {
   }
   j.set("id2label", id2label);
   j.set("label2id", label2id);
+}
+
+void validate_read_config(const JsonConfig& j, const std::function<void()>& validate) {
+  try {
+    validate();
+  } catch (const Error& e) {
+    EMBER_FAIL(j.source(), ": ", e.what());
+  }
 }
 
 }  // namespace ember::nn
