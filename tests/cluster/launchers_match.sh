@@ -11,6 +11,7 @@
 # Exits 77 (a skip for CTest) with "SKIP: <reason>" when mpirun or the Slurm daemons cannot run.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/../support/free_port.sh"
 build=$(realpath "$1")
 ember=$build/bin/ember
 example=$build/examples/sst2_finetune_accelerate
@@ -93,9 +94,9 @@ snippet_agrees() {  # snippet_agrees NAME COMMAND...
   echo "$name: the collectives snippet agrees on 2 processes"
 }
 
-run ember "$ember" launch --num_processes 2 --num_cpu_threads_per_process 1
+run ember "$ember" launch --num_processes 2 --num_cpu_threads_per_process 1 --main_process_port "$(free_port)"
 summary ember
-snippet_agrees ember "$ember" launch --num_processes 2
+snippet_agrees ember "$ember" launch --num_processes 2 --main_process_port "$(free_port)"
 
 # mpirun as root needs its consent; 2 ranks fit the 2 cores without --oversubscribe, but a
 # machine with 1 would not.
@@ -130,9 +131,10 @@ cat >"$work/train.sbatch" <<EOF
 #!/bin/bash
 #SBATCH --nodes=1 --ntasks-per-node=1 --cpus-per-task=2
 srun --ntasks-per-node=1 "$ember" launch --num_processes 2 --num_cpu_threads_per_process 1 \\
+  --main_process_port $(free_port) \\
   "$example" ${args[*]} --project-dir "$work/sbatch"
 EOF
-echo "== sbatch: $(tail -2 "$work/train.sbatch" | tr -d '\\\n')"
+echo "== sbatch: $(tail -3 "$work/train.sbatch" | tr -d '\\\n')"
 if ! timeout 600 sbatch --wait --output="$work/sbatch.log" "$work/train.sbatch" >/dev/null; then
   cat "$work/sbatch.log" 2>/dev/null || true
   echo "launchers_match: the sbatch job failed" >&2

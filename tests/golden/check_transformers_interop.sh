@@ -15,6 +15,7 @@
 # torch or transformers.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/../support/free_port.sh"
 build=$(realpath "$1")
 python=${2:-${EMBER_PYTOOLS:-$HOME/.cache/ember-pytools}/bin/python}
 if ! "$python" -c 'import torch, transformers, safetensors' 2>/dev/null; then
@@ -30,7 +31,7 @@ EMBER_GPT2_EXPORT_DIR="$out/gpt2" "$build/tests/test_gpt2_golden" --gtest_filter
 "$python" "$here/make_gpt2_golden.py" --verify "$out/gpt2"
 EMBER_RESNET_EXPORT_DIR="$out/resnet" "$build/tests/test_resnet_golden" --gtest_filter='*ExportForPythonVerify*' --gtest_brief=1
 "$python" "$here/make_resnet_golden.py" --verify "$out/resnet"
-"$build/bin/ember" launch --num_processes 2 --use_fsdp --fsdp_sharding_strategy FULL_SHARD \
+"$build/bin/ember" launch --num_processes 2 --main_process_port "$(free_port)" --use_fsdp --fsdp_sharding_strategy FULL_SHARD \
   --fsdp_transformer_layer_cls_to_wrap BertLayer \
   "$build/tests/programs/sharded_bert_export" "$here/bert" "$out/sharded"
 test -f "$out/sharded/ckpt/model.shard-00001-of-00002.safetensors"
