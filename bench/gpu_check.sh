@@ -6,7 +6,8 @@
 #                                             #    benchmarks; run every tests/cuda suite and the
 #                                             #    NCCL process-group suite
 #   bash bench/gpu_check.sh bench [options]   # 2: the kernel and GEMM benchmarks, BERT-base
-#                                             #    training in Ember and in PyTorch eager
+#                                             #    training in Ember and in PyTorch eager, then
+#                                             #    GPT-2 124M and the CNN while time is left
 #
 # options: --out DIR (logs; default build-gpu/check), --budget SECONDS (default 290),
 #          --jobs N (test suites run side by side; default 4), --quick (smaller benchmarks),
@@ -162,56 +163,70 @@ else
 fi
 say "build dependencies: $DEPS_NOTE"
 
-# NCCL: a folder pair holding both nccl.h and libnccl.so*; the toolkit's, the system's, then
-# the wheel PyTorch carries (its library is libnccl.so.2 only, so the file is named exactly).
-NCCL_NOTE="not found (no folder pair with both nccl.h and libnccl.so)"
-nccl_pair() {  # nccl_pair INCLUDE_DIR LIB_DIR...: sets NCCL_INC and NCCL_LIB when both are there
-  local inc=$1 lib f
-  shift
-  [[ -f "$inc/nccl.h" ]] || return 1
-  for lib in "$@"; do
-    for f in "$lib/libnccl.so" "$lib"/libnccl.so.[0-9]*; do
-      [[ -e "$f" ]] && { NCCL_INC="$inc"; NCCL_LIB="$f"; return 0; }
+# NCCL and cuDNN: each from a folder pair holding both its header and its library: the
+# toolkit's, the system's, then the wheels PyTorch carries (their libraries are versioned
+# only, libnccl.so.2 and libcudnn.so.9, so the file is named exactly).
+# lib_pair HEADER LIB INCLUDE_DIR LIB_DIR...: prints "INCLUDE_DIR LIBRARY_FILE" when both are there.
+lib_pair() {
+  local header=$1 lib=$2 inc=$3 dir f
+  shift 3
+  [[ -f "$inc/$header" ]] || return 1
+  for dir in "$@"; do
+    for f in "$dir/$lib.so" "$dir/$lib".so.[0-9]*; do
+      [[ -e "$f" ]] && { echo "$inc $f"; return 0; }
     done
   done
   return 1
 }
-# The include folder of every nccl.h inside Python's `nvidia` packages (the wheels' layout
-# varies: nvidia/nccl/include, nvidia/cu13/include, ...).
-wheel_nccl_includes() {
-  python3 - <<'PY' 2>/dev/null
-import glob, importlib.util, os
+# The include folder of every HEADER inside Python's `nvidia` packages (the wheels' layout
+# varies: nvidia/nccl/include, nvidia/cudnn/include, nvidia/cu13/include, ...).
+wheel_includes() {
+  python3 - "$1" <<'PY' 2>/dev/null
+import glob, importlib.util, os, sys
 spec = importlib.util.find_spec("nvidia")
 for root in (spec.submodule_search_locations if spec else []):
-    for header in sorted(glob.glob(os.path.join(root, "**", "nccl.h"), recursive=True)):
+    for header in sorted(glob.glob(os.path.join(root, "**", sys.argv[1]), recursive=True)):
         print(os.path.dirname(header))
 PY
 }
-wheel_nccl() {
-  local inc
+find_pair() {  # find_pair HEADER LIB: the first pair found, as lib_pair prints it
+  local header=$1 lib=$2 inc
+  lib_pair "$header" "$lib" /usr/local/cuda/include /usr/local/cuda/lib64 /usr/local/cuda/lib ||
+    lib_pair "$header" "$lib" /usr/include /usr/lib/x86_64-linux-gnu /usr/lib ||
+    lib_pair "$header" "$lib" /usr/local/include /usr/local/lib && return 0
   while read -r inc; do
-    nccl_pair "$inc" "$(dirname "$inc")/lib" "$(dirname "$inc")/lib64" && return 0
-  done < <(wheel_nccl_includes)
+    lib_pair "$header" "$lib" "$inc" "$(dirname "$inc")/lib" "$(dirname "$inc")/lib64" && return 0
+  done < <(wheel_includes "$header")
   return 1
 }
-NCCL_INC="" NCCL_LIB=""
-if nccl_pair /usr/local/cuda/include /usr/local/cuda/lib64 /usr/local/cuda/lib ||
-   nccl_pair /usr/include /usr/lib/x86_64-linux-gnu /usr/lib ||
-   nccl_pair /usr/local/include /usr/local/lib || wheel_nccl; then
-  CMAKE_ARGS+=("-DEMBER_NCCL_LIBRARY=$NCCL_LIB" "-DEMBER_NCCL_INCLUDE=$NCCL_INC")
-  NCCL_LIB_DIR="$(dirname "$NCCL_LIB")"
-  export LD_LIBRARY_PATH="$NCCL_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  NCCL_NOTE="$NCCL_LIB with $NCCL_INC/nccl.h"
-fi
+# use_pair NAME HEADER LIB: passes the pair found to CMake as EMBER_<NAME>_LIBRARY and
+# EMBER_<NAME>_INCLUDE, puts the library's folder on the loader's path (cuDNN loads its engine
+# libraries from there at run time) and prints what it found, for the summary.
+use_pair() {
+  local name=$1 header=$2 lib=$3 pair inc file
+  if ! pair=$(find_pair "$header" "$lib"); then
+    echo "not found (no folder pair with both $header and $lib.so)"
+    return 0
+  fi
+  read -r inc file <<<"$pair"
+  CMAKE_ARGS+=("-DEMBER_${name}_LIBRARY=$file" "-DEMBER_${name}_INCLUDE=$inc")
+  export LD_LIBRARY_PATH="$(dirname "$file")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "$file with $inc/$header"
+}
+use_pair NCCL nccl.h libnccl > "$LOGS/nccl.txt"  # (a redirect, not $(...): the settings must stay)
+use_pair CUDNN cudnn.h libcudnn > "$LOGS/cudnn.txt"
+NCCL_NOTE=$(cat "$LOGS/nccl.txt")
+CUDNN_NOTE=$(cat "$LOGS/cudnn.txt")
 say "NCCL: $NCCL_NOTE"
-note "Build dependencies: $DEPS_NOTE. NCCL: $NCCL_NOTE." ""
+say "cuDNN: $CUDNN_NOTE"
+note "Build dependencies: $DEPS_NOTE. NCCL: $NCCL_NOTE. cuDNN: $CUDNN_NOTE." ""
 phase_done dependencies
 
 # ---- configure and build
 CUDA_TESTS=()
 for f in tests/cuda/test_*.cpp; do CUDA_TESTS+=("$(basename "$f" .cpp)"); done
 TEST_TARGETS=("${CUDA_TESTS[@]}" test_process_group_nccl)
-BENCH_TARGETS=(bert_train bench_cuda_gemm bench_cuda_ops)
+BENCH_TARGETS=(bert_train models_train bench_cuda_gemm bench_cuda_ops)
 build() {  # build PHASE_CAP TARGET...: configures when needed, then builds within the budget
   local cap=$1 limit t0 rc
   shift
@@ -407,6 +422,31 @@ if [[ $RUN_PEER == 1 ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cu
 else
   note "" "PyTorch peer: not run ($([[ $RUN_PEER == 0 ]] && echo '--skip-peer' || echo 'no PyTorch with CUDA'))."
 fi
-note "" "Call 2 took $(elapsed) s."
 phase_done "PyTorch peer"
+
+# GPT-2 124M (GPT-2's vocabulary and context) and the Fashion-MNIST CNN (its convolutions on
+# cuDNN), training steps in Ember and in PyTorch, bf16 autocast, AdamW; run while time is left.
+models_row() {  # models_row LABEL FILE
+  [[ -s "$2" ]] || return 0
+  note "| $1 | $(json_field "$2" median_step_ms) | $(json_field "$2" items_per_s) | $(json_field "$2" last_loss) |"
+}
+GPT2_ARGS=(--model gpt --device cuda --dtype bf16 --vocab 50257 --seq 1024 --n-embd 768 --n-layer 12 --n-head 12
+           --batch 8 --warmup 3 --steps 10)
+CNN_ARGS=(--model cnn --device cuda --dtype bf16 --warmup 5 --steps 20)
+note "" "## GPT-2 124M (batch 8 x 1024) and the Fashion-MNIST CNN (batch 128), bf16 autocast, AdamW" "" \
+  "| program | ms/step | tokens or images/s | last loss |" "|---|---:|---:|---:|"
+run_bench "GPT-2 124M training (Ember)" 45 "$LOGS/gpt2_ember.txt" "$BUILD/bench/models_train" "${GPT2_ARGS[@]}"
+models_row "GPT-2 124M, Ember" "$LOGS/gpt2_ember.txt"
+run_bench "CNN training (Ember, cuDNN convolutions)" 20 "$LOGS/cnn_ember.txt" "$BUILD/bench/models_train" "${CNN_ARGS[@]}"
+models_row "CNN, Ember" "$LOGS/cnn_ember.txt"
+phase_done "GPT-2 and CNN (Ember)"
+if [[ $RUN_PEER == 1 ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  run_bench "GPT-2 124M training (PyTorch SDPA + fused AdamW)" 50 "$LOGS/gpt2_peer.txt" \
+    python3 bench/models_train_peer.py "${GPT2_ARGS[@]}" --sdpa --fused
+  models_row "GPT-2 124M, PyTorch SDPA + fused AdamW" "$LOGS/gpt2_peer.txt"
+  run_bench "CNN training (PyTorch eager)" 25 "$LOGS/cnn_peer.txt" python3 bench/models_train_peer.py "${CNN_ARGS[@]}"
+  models_row "CNN, PyTorch eager" "$LOGS/cnn_peer.txt"
+fi
+note "" "Call 2 took $(elapsed) s."
+phase_done "GPT-2 and CNN (PyTorch)"
 cat "$SUMMARY"

@@ -5,6 +5,8 @@ examples, one training step timed at a time, in plain torch.nn.
   $PEER bench/models_train_peer.py --model cnn --dtype f32 --threads 2           # eager
   $PEER bench/models_train_peer.py --model gpt --dtype bf16 --threads 2 --sdpa --fused
   $PEER bench/models_train_peer.py --model cnn --dtype f32 --threads 2 --fused --compile --warmup 5
+  python3 bench/models_train_peer.py --model gpt --device cuda --dtype bf16 --vocab 50257 --seq 1024 \
+      --n-embd 768 --n-layer 12 --n-head 12 --batch 8 --sdpa --fused   # GPT-2 124M on a GPU
 
 ($PEER as in ../shared/peer/README.md: PyTorch 2.15 from PyPI with its allocator and OpenMP
 settings.) The models are Ember's examples layer for layer:
@@ -15,7 +17,7 @@ settings.) The models are Ember's examples layer for layer:
        vocab 257 (bytes + end of text), 4 layers, width 128, 4 heads, context 128, batch 32
        (examples/gpt_text.cpp's defaults; --n-embd/--n-layer/--n-head), next-token
        cross-entropy, AdamW lr 2e-3, weight decay 0.1.
-bf16 is torch.autocast("cpu", torch.bfloat16) with f32 parameters and optimizer, as in Ember.
+bf16 is torch.autocast(device, torch.bfloat16) with f32 parameters and optimizer, as in Ember.
 Prints JSON lines: {"kind": "meta", ...} then {"kind": "result", "median_step_ms": ...,
 "items_per_s": ...} (images/s or tokens/s).
 """
@@ -32,6 +34,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["cnn", "gpt"], required=True)
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--vocab", type=int, default=257, help="gpt vocabulary (257 bytes + end; 50257 for GPT-2's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=None, help="default: 128 images (cnn), 32 sequences (gpt)")
     p.add_argument("--seq", type=int, default=128, help="gpt context length")
@@ -59,7 +63,8 @@ def build_cnn(torch):
         nn.Linear(128, 10))
 
 
-def build_gpt(torch, a, vocab=257):
+def build_gpt(torch, a):
+    vocab = a.vocab
     layers, width, heads = a.n_layer, a.n_embd, a.n_head
     nn = torch.nn
     F = torch.nn.functional
@@ -103,7 +108,7 @@ def build_gpt(torch, a, vocab=257):
             self.ln_f = nn.LayerNorm(width, eps=1e-5)
 
         def forward(self, ids):
-            pos = torch.arange(ids.shape[1])
+            pos = torch.arange(ids.shape[1], device=ids.device)
             x = self.drop(self.wte(ids) + self.wpe(pos))
             for block in self.h:
                 x = block(x)
@@ -130,7 +135,8 @@ def main():
     F = torch.nn.functional
     if a.model == "cnn":
         model = build_cnn(torch)
-        inputs = [(torch.randn(a.batch, 1, 28, 28), torch.randint(0, 10, (a.batch,))) for _ in range(4)]
+        inputs = [(torch.randn(a.batch, 1, 28, 28, device=a.device), torch.randint(0, 10, (a.batch,), device=a.device))
+                  for _ in range(4)]
         loss_of = lambda m, x, y: F.cross_entropy(m(x), y)
         opt_args = dict(lr=1e-3, weight_decay=0.01)
         items = a.batch
@@ -138,11 +144,12 @@ def main():
         model = build_gpt(torch, a)
         inputs = []
         for _ in range(4):
-            ids = torch.randint(0, 257, (a.batch, a.seq + 1))
+            ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=a.device)
             inputs.append((ids[:, :-1].contiguous(), ids[:, 1:].contiguous()))
-        loss_of = lambda m, x, y: F.cross_entropy(m(x).float().view(-1, 257), y.view(-1))
+        loss_of = lambda m, x, y: F.cross_entropy(m(x).float().view(-1, a.vocab), y.view(-1))
         opt_args = dict(lr=2e-3, weight_decay=0.1)
         items = a.batch * a.seq
+    model.to(a.device)
     model.train()
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), fused=True, **opt_args) if a.fused else \
@@ -155,17 +162,17 @@ def main():
         x, y = inputs[i % len(inputs)]
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             loss = loss_of(step_model, x, y)
         loss.backward()
         opt.step()
+        losses.append(loss.item())  # waits for the device, so the step is timed whole
         t1 = time.perf_counter()
-        losses.append(loss.item())
         if i >= a.warmup:
             times.append(t1 - t0)
     med = statistics.median(times)
     mode = "compile" if a.compile else ("sdpa" if a.sdpa or a.fused else "eager")
-    print(json.dumps(dict(kind="result", model=a.model, dtype=a.dtype, mode=mode, threads=a.threads, batch=a.batch,
+    print(json.dumps(dict(kind="result", model=a.model, device=a.device, dtype=a.dtype, mode=mode, threads=a.threads, batch=a.batch,
                           median_step_ms=round(med * 1e3, 3), min_step_ms=round(min(times) * 1e3, 3),
                           items_per_s=round(items / med, 1), first_loss=round(losses[0], 4),
                           last_loss=round(losses[-1], 4), params=params)), flush=True)

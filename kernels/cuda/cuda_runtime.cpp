@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_runtime.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -117,6 +118,17 @@ DeviceGuard::DeviceGuard(Device d, const char* what) {
 
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);  // a destructor must not throw
+}
+
+bool EnvSwitch::get() {
+  int state = state_.load();
+  if (state < 0) {
+    const char* value = std::getenv(env_);
+    const int from_env = (value != nullptr && std::strcmp(value, "1") == 0) ? 1 : 0;
+    state_.compare_exchange_strong(state, from_env);  // a concurrent set() wins
+    state = state_.load();
+  }
+  return state == 1;
 }
 
 }  // namespace ember::cuda

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/device.h"
@@ -32,6 +33,19 @@ cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
 
 [[noreturn]] void raise_error(cudaError_t err, const char* call, const char* file, int line);
+
+// A process-wide on/off switch (TF32 products, cuDNN benchmarking): off unless the environment
+// variable `env` is "1" when first read; set() overrides the environment from then on.
+class EnvSwitch {
+ public:
+  explicit constexpr EnvSwitch(const char* env) : env_(env) {}
+  bool get();
+  void set(bool on) { state_.store(on ? 1 : 0); }
+
+ private:
+  const char* env_;
+  std::atomic<int> state_{-1};  // -1: not yet read from the environment
+};
 
 // Makes `d` the current device for a scope and restores the previous one after it. Throws,
 // naming `what`, when `d` is not a usable CUDA device.
