@@ -210,7 +210,7 @@ TEST(RendezvousStore, RanksMeetAt127_0_1_1) {
 }
 
 TEST(RendezvousStore, ARefusedDialSaysSoWithinSeconds) {
-  // Rank 1 of 2 with nobody serving the store: within a few seconds it says what it dials and
+  // Rank 1 of 2 with nobody serving the store: while it waits it says what it dials and
   // why it still waits, keeps retrying, and at its timeout fails naming address, rank and time.
   const int port = free_port();
   const std::string where = "127.0.1.1:" + std::to_string(port);
@@ -224,9 +224,7 @@ TEST(RendezvousStore, ARefusedDialSaysSoWithinSeconds) {
     notice = rank1.read_line(8s);
     if (!notice) break;
   }
-  const auto noticed = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(notice) << "no notice while dialling; output: " << rank1.output();
-  EXPECT_LT(noticed, 6s) << *notice;
   for (const std::string& part : {"TcpStore: rank 1 is still dialling the store at " + where + " after ",
                                   std::string("Connection refused"), std::string("is rank 0"),
                                   std::string("retrying until the timeout of 7s")})
@@ -234,10 +232,11 @@ TEST(RendezvousStore, ARefusedDialSaysSoWithinSeconds) {
 
   EXPECT_EQ(rank1.wait(15s), 1) << rank1.output();
   EXPECT_GE(std::chrono::steady_clock::now() - start, 7s) << "it gave up before its timeout";
-  EXPECT_NE(rank1.output().find("TcpStore: rank 1 could not connect to the store at " + where +
-                                " within 7s: Connection refused"),
-            std::string::npos)
-      << rank1.output();
+  // The notice comes while rank 1 still dials: before the timeout's error, not with it.
+  const size_t failed = rank1.output().find("TcpStore: rank 1 could not connect to the store at " + where +
+                                            " within 7s: Connection refused");
+  ASSERT_NE(failed, std::string::npos) << rank1.output();
+  EXPECT_LT(rank1.output().find("is still dialling"), failed) << rank1.output();
 }
 
 // ---- connecting and the barrier
@@ -312,7 +311,6 @@ TEST(RendezvousStore, RankZeroSaysWhichRanksItStillWaitsFor) {
   const int port = free_port();
   auto env = kNoRendezvousVars;
   for (auto& [name, value] : full_env(0, 3, port)) env[name] = value;
-  const auto start = std::chrono::steady_clock::now();
   ChildProcess rank0({std::string(EMBER_TEST_PROGRAMS) + "/store_client", "rendezvous", "6500"}, env);
   std::optional<std::string> notice;
   while (!notice || notice->find("rendezvous: rank 0 has waited") == std::string::npos) {
@@ -320,12 +318,15 @@ TEST(RendezvousStore, RankZeroSaysWhichRanksItStillWaitsFor) {
     if (!notice) break;
   }
   ASSERT_TRUE(notice) << "rank 0 said nothing while waiting; output: " << rank0.output();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 6500ms) << *notice;
   EXPECT_NE(notice->find("for ranks 1, 2 (1 of 3 arrived); waiting until the timeout of 6.5s"), std::string::npos)
       << *notice;
   EXPECT_EQ(rank0.wait(15s), 1) << rank0.output();
-  EXPECT_NE(rank0.output().find("only 1 of 3 ranks arrived within 6.5s (missing ranks: 1, 2)"), std::string::npos)
-      << rank0.output();
+  // The notice comes while rank 0 still waits: before the timeout's error, not with it.
+  const std::string output = rank0.output();
+  const size_t waiting = output.find("rendezvous: rank 0 has waited");
+  const size_t failed = output.find("only 1 of 3 ranks arrived within 6.5s (missing ranks: 1, 2)");
+  ASSERT_NE(failed, std::string::npos) << output;
+  EXPECT_LT(waiting, failed) << output;
 }
 
 TEST(RendezvousStore, RanksMeetAcrossProcesses) {
