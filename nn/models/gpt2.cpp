@@ -5,9 +5,11 @@
 #include <functional>
 #include <map>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
@@ -22,13 +24,18 @@ namespace {
 // transformers' eager GPT-2 mask in additive form, [B, 1, L, L] in f32: the lowest float where
 // key j > query i, plus the lowest float where key j is padding (the two add up to -inf, as in
 // transformers, so a row whose every visible key is padding still matches it).
-Tensor padded_causal_mask(const Tensor& attention_mask, int64_t len, Device device) {
+// The additive mask of L new tokens after T cached ones, [L, T + L] or, with attention_mask
+// [B, T + L], [B, 1, L, T + L]: key j is hidden from query i (position T + i) when j > T + i or
+// when attention_mask[b, j] is 0.
+Tensor additive_attention_mask(const Tensor& attention_mask, int64_t cached, int64_t len, Device device) {
   const double lowest = -double(std::numeric_limits<float>::max());
   const TensorOptions i64{DType::i64, device};
-  const Tensor rows = arange(0, double(len), 1, i64).view({len, 1});
-  const Tensor cols = arange(0, double(len), 1, i64).view({1, len});
-  const Tensor causal = masked_fill(zeros({len, len}, {DType::f32, device}), gt(cols, rows), lowest);
-  const Tensor keep = attention_mask.to(DType::f32).to(device).view({attention_mask.size(0), 1, 1, len});
+  const int64_t total = cached + len;
+  const Tensor rows = arange(double(cached), double(total), 1, i64).view({len, 1});
+  const Tensor cols = arange(0, double(total), 1, i64).view({1, total});
+  const Tensor causal = masked_fill(zeros({len, total}, {DType::f32, device}), gt(cols, rows), lowest);
+  if (!attention_mask.defined()) return causal;
+  const Tensor keep = attention_mask.to(DType::f32).to(device).view({attention_mask.size(0), 1, 1, total});
   return causal + (1.0 - keep) * lowest;
 }
 
@@ -41,6 +48,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 JsonConfig GPT2PretrainedModel::config_json() const {
   return JsonConfig::parse(config.to_json_string(), "config.json");
 }
+
+void GPT2PretrainedModel::gradient_checkpointing_enable() { gpt2_model().gradient_checkpointing = true; }
+void GPT2PretrainedModel::gradient_checkpointing_disable() { gpt2_model().gradient_checkpointing = false; }
+bool GPT2PretrainedModel::is_gradient_checkpointing() const { return gpt2_model().gradient_checkpointing; }
 
 void init_gpt2_weights(Module& root, const GPT2Config& c) {
   NoGradGuard ng;
@@ -72,21 +83,39 @@ GPT2Model::GPT2Model(const GPT2Config& c) : GPT2PretrainedModel("GPT2Model", c) 
   init_gpt2_weights(*this, c);
 }
 
-Tensor GPT2Model::forward(const Tensor& input_ids, const Tensor& attention_mask) {
+Tensor GPT2Model::forward(const Tensor& input_ids, const Tensor& attention_mask, GPT2KVCache* cache) {
   auto scope = enter_forward();
   EMBER_CHECK(input_ids.dim() == 2, "GPT2Model: input_ids must be [batch, length], got shape ", input_ids.shape());
-  const int64_t len = input_ids.size(1);
-  EMBER_CHECK(len <= config.n_positions, "GPT2Model: input_ids of shape ", input_ids.shape(), " are longer than ",
+  const int64_t batch = input_ids.size(0), len = input_ids.size(1), cached = cache ? cache->length() : 0;
+  EMBER_CHECK(cached + len <= config.n_positions, "GPT2Model: input_ids of shape ", input_ids.shape(),
+              cached ? " after " + std::to_string(cached) + " cached tokens" : std::string(), " are longer than ",
               "n_positions = ", config.n_positions);
+  if (cache) {
+    EMBER_CHECK(cached == 0 || cache->layers[0].keys.size(0) == batch, "GPT2Model: input_ids of shape ",
+                input_ids.shape(), " do not match the cache's batch of ", cache->layers[0].keys.size(0));
+    cache->layers.resize(size_t(config.n_layer));
+  }
   Tensor mask;
   if (attention_mask.defined()) {
-    EMBER_CHECK(attention_mask.shape() == input_ids.shape(), "GPT2Model: attention_mask ", attention_mask.shape(),
-                " does not match input_ids ", input_ids.shape());
-    mask = padded_causal_mask(attention_mask, len, input_ids.device());
+    EMBER_CHECK(attention_mask.dim() == 2 && attention_mask.size(0) == batch && attention_mask.size(1) == cached + len,
+                "GPT2Model: attention_mask ", attention_mask.shape(), " does not match input_ids ", input_ids.shape(),
+                cached ? " after " + std::to_string(cached) + " cached tokens" : std::string());
+    mask = additive_attention_mask(attention_mask, cached, len, input_ids.device());
+  } else if (cached > 0 && len > 1) {
+    mask = additive_attention_mask(Tensor(), cached, len, input_ids.device());  // causal past the cache
   }
-  const Tensor positions = arange(0, double(len), 1, {DType::i64, input_ids.device()});
+  const Tensor positions = arange(double(cached), double(cached + len), 1, {DType::i64, input_ids.device()});
   Tensor x = drop->forward(wte->forward(input_ids) + wpe->forward(positions));
-  for (const auto& block : *h) x = std::static_pointer_cast<GPT2Block>(block)->forward(x, mask);
+  const bool checkpointed = gradient_checkpointing && !cache && is_training() && GradMode::is_enabled();
+  for (size_t i = 0; i < h->size(); ++i) {
+    std::shared_ptr<GPT2Block> block = std::static_pointer_cast<GPT2Block>((*h)[i]);
+    if (checkpointed) {
+      // By value: backward calls this again after forward has returned.
+      x = checkpoint([block, mask](const Tensor& in) { return block->forward(in, mask); }, x);
+    } else {
+      x = block->forward(x, mask, cache ? &cache->layers[i] : nullptr);
+    }
+  }
   return scope.exit(ln_f->forward(x));
 }
 
@@ -102,9 +131,10 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : GPT2PretrainedModel("GPT
   if (!c.tie_word_embeddings) init_gpt2_weights(*lm_head, c);
 }
 
-CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& labels) {
+CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& labels,
+                                        GPT2KVCache* cache) {
   auto scope = enter_forward();
-  const Tensor logits = model_output(lm_head->forward(transformer->forward(input_ids, attention_mask)));
+  const Tensor logits = model_output(lm_head->forward(transformer->forward(input_ids, attention_mask, cache)));
   CausalLMOutput out{Tensor(), logits};
   if (labels.defined()) {
     EMBER_CHECK(labels.shape() == input_ids.shape(), "GPT2LMHeadModel: labels ", labels.shape(),
@@ -164,12 +194,19 @@ Tensor GPT2LMHeadModel::generate(const Tensor& input_ids, const GenerateOptions&
   const std::vector<int64_t> prompt = input_ids.to(Device::cpu()).to(DType::i64).contiguous().to_vector<int64_t>();
   const int64_t len0 = input_ids.size(1);
   for (int64_t b = 0; b < batch; ++b) rows[size_t(b)].assign(prompt.begin() + b * len0, prompt.begin() + (b + 1) * len0);
+  GPT2KVCache cache;
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t len = int64_t(rows[0].size()), ctx = std::min(len, config.n_positions);
+    const int64_t len = int64_t(rows[0].size());
+    // Cached: the tokens the cache has not seen (the prompt, then one a step). Past n_positions
+    // the window slides and every position moves, so the last n_positions are fed whole.
+    const bool cached = o.use_cache && len <= config.n_positions;
+    const int64_t feed = cached ? len - cache.length() : std::min(len, config.n_positions);
     std::vector<int64_t> window;
-    for (const auto& r : rows) window.insert(window.end(), r.end() - ctx, r.end());
-    const Tensor ids = from_vector(window, {batch, ctx}).to(input_ids.device());
-    const Tensor last = forward(ids).logits.select(1, ctx - 1).to(Device::cpu()).to(DType::f32).contiguous();
+    for (const auto& r : rows) window.insert(window.end(), r.end() - feed, r.end());
+    const Tensor ids = from_vector(window, {batch, feed}).to(input_ids.device());
+    // Only the last position's logits are needed: the head runs on its hidden state alone.
+    const Tensor hidden = transformer->forward(ids, Tensor(), cached ? &cache : nullptr).select(1, feed - 1);
+    const Tensor last = lm_head->forward(hidden).to(Device::cpu()).to(DType::f32).contiguous();
     const std::vector<float> all = last.to_vector<float>();
     for (int64_t b = 0; b < batch; ++b) {
       std::vector<float> row(all.begin() + b * vocab, all.begin() + (b + 1) * vocab);

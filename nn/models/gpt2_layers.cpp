@@ -31,15 +31,25 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, int64_t layer_idx)
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.resid_pdrop));
 }
 
-Tensor GPT2Attention::forward(const Tensor& hidden, const Tensor& additive_mask) {
+Tensor GPT2Attention::forward(const Tensor& hidden, const Tensor& additive_mask, GPT2LayerCache* cache) {
   auto scope = enter_forward();
   const int64_t b = hidden.size(0), len = hidden.size(1), e = num_heads * head_dim;
   const Tensor qkv = c_attn->forward(hidden);
   // [B, L, 3E] -> three [B, heads, L, D] views of it (read in place by the attention kernel)
   auto head = [&](int64_t i) { return qkv.narrow(2, i * e, e).view({b, len, num_heads, head_dim}).transpose(1, 2); };
+  Tensor keys = head(1), values = head(2);
+  int64_t cached = 0;
+  if (cache) {
+    cached = cache->keys.defined() ? cache->keys.size(2) : 0;
+    // The cache owns its keys and values: copies, not views that would keep the whole qkv alive.
+    keys = cached ? cat({cache->keys, keys}, 2) : keys.contiguous();
+    values = cached ? cat({cache->values, values}, 2) : values.contiguous();
+    cache->keys = keys;
+    cache->values = values;
+  }
   const double p = is_training() ? attn_pdrop : 0.0;
-  const Tensor ctx = scaled_dot_product_attention(head(0), head(1), head(2), additive_mask, p,
-                                                  !additive_mask.defined(), scale);
+  const bool causal = !additive_mask.defined() && cached == 0;
+  const Tensor ctx = scaled_dot_product_attention(head(0), keys, values, additive_mask, p, causal, scale);
   const Tensor merged = ctx.transpose(1, 2).reshape({b, len, e});
   return scope.exit(resid_dropout->forward(c_proj->forward(merged)));
 }
@@ -68,9 +78,9 @@ GPT2Block::GPT2Block(const GPT2Config& c, int64_t layer_idx) : Module("GPT2Block
   mlp = register_module("mlp", std::make_shared<GPT2MLP>(c));
 }
 
-Tensor GPT2Block::forward(const Tensor& x, const Tensor& additive_mask) {
+Tensor GPT2Block::forward(const Tensor& x, const Tensor& additive_mask, GPT2LayerCache* cache) {
   auto scope = enter_forward();
-  const Tensor h = x + attn->forward(ln_1->forward(x), additive_mask);
+  const Tensor h = x + attn->forward(ln_1->forward(x), additive_mask, cache);
   return scope.exit(h + mlp->forward(ln_2->forward(h)));
 }
 

@@ -11,6 +11,12 @@
 
 namespace ember::nn {
 
+// One layer's keys and values of the tokens seen so far, [B, heads, T, head_dim] each (undefined
+// before the first token): what incremental decoding keeps instead of recomputing them.
+struct GPT2LayerCache {
+  Tensor keys, values;
+};
+
 // y = x W + b with W [in_features, out_features] (transformers' Conv1D).
 class Conv1D : public Module {
  public:
@@ -23,11 +29,15 @@ class Conv1D : public Module {
 
 // Causal multi-head self-attention: c_attn projects to [q | k | v], scaled_dot_product_attention
 // with the causal mask (or the additive mask given, which must include it), c_proj, dropout.
+// With a cache, the new tokens' keys and values are appended to it and the queries attend to
+// all of them: causally when the cache was empty, else to every key (one new token) or as the
+// additive mask says (several; the model builds it).
 class GPT2Attention : public Module {
  public:
   GPT2Attention(const GPT2Config& c, int64_t layer_idx);
-  // hidden [B, L, E]; additive_mask [B, 1, L, L] (causal and padding) or undefined (causal only).
-  Tensor forward(const Tensor& hidden, const Tensor& additive_mask);
+  // hidden [B, L, E]; additive_mask [B, 1, L, T + L] (causal and padding; T cached tokens) or
+  // undefined (causal only).
+  Tensor forward(const Tensor& hidden, const Tensor& additive_mask, GPT2LayerCache* cache = nullptr);
   int64_t num_heads, head_dim;
   double scale, attn_pdrop;
   std::shared_ptr<Conv1D> c_attn, c_proj;
@@ -48,7 +58,7 @@ class GPT2MLP : public Module {
 class GPT2Block : public Module {
  public:
   GPT2Block(const GPT2Config& c, int64_t layer_idx);
-  Tensor forward(const Tensor& x, const Tensor& additive_mask);
+  Tensor forward(const Tensor& x, const Tensor& additive_mask, GPT2LayerCache* cache = nullptr);
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
   std::shared_ptr<GPT2MLP> mlp;

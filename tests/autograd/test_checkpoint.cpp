@@ -3,15 +3,16 @@
 // computation without checkpointing, bit for bit in f32, dropout and autocast included.
 #include <functional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/node.h"
+#include "autograd_graph.h"
 #include "small_bert.h"
 #include "test_util.h"
 
 using namespace ember;
+using ember::testing::graph_has;
 
 namespace {
 
@@ -75,20 +76,6 @@ void expect_same(const BlockRun& plain, const BlockRun& ckpt) {
   EXPECT_EQ(plain.next_draw, ckpt.next_draw);
 }
 
-// Whether the graph behind `t` holds a node named `name`.
-bool graph_has(const Tensor& t, const std::string& name) {
-  std::vector<autograd::Node*> stack;
-  std::unordered_set<autograd::Node*> seen;
-  if (t.grad_fn()) stack.push_back(t.grad_fn().get());
-  while (!stack.empty()) {
-    autograd::Node* n = stack.back();
-    stack.pop_back();
-    if (n->name() == name) return true;
-    for (const autograd::Edge& e : n->next_edges)
-      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
-  }
-  return false;
-}
 
 }  // namespace
 
