@@ -26,10 +26,12 @@
 #include "core/native/copy.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/convolution_direct.h"
 #include "kernels/cpu/convolution_onednn.h"
 #include "kernels/cpu/convolution_path.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec8.h"
 
 namespace ember {
 namespace {
@@ -120,6 +122,19 @@ void walk_shifted_rows(const Geometry& g, const Visit& visit) {
       }
 }
 
+// d[ow] = s[2 * ow] for ow in [lo, hi), reading no further than s[readable - 1]: a stride-2
+// window's columns, eight at a time from two loads (the scalar loop gathers one by one).
+template <typename T>
+void gather_every_other(T* d, const T* s, int64_t lo, int64_t hi, int64_t readable) {
+  int64_t ow = lo;
+  if constexpr (std::is_same_v<T, float>)
+    for (; ow + 8 <= hi && 2 * ow + 16 <= readable; ow += 8) {
+      const cpu::vec8::f8 a = cpu::vec8::load8(s + 2 * ow), b = cpu::vec8::load8(s + 2 * ow + 8);
+      cpu::vec8::store8(d + ow, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14));
+    }
+  for (; ow < hi; ++ow) d[ow] = s[2 * ow];
+}
+
 // col [Cg*kH*kW, Ho*Wo] (rows `ld` apart) from x [Cg, H, W].
 template <typename T>
 void im2col(const Geometry& g, const T* x, T* col, int64_t ld) {
@@ -142,11 +157,14 @@ void im2col(const Geometry& g, const T* x, T* col, int64_t ld) {
     });
     return;
   }
+  const int64_t readable = g.group_channels() * g.in_area();
   walk_columns(g, ld, [&](int64_t dst, int64_t src, int64_t lo, int64_t hi) {
     T* d = col + dst;
     std::fill(d, d + lo, T(0));
     if (stride == 1) {
       if (hi > lo) std::memcpy(d + lo, x + src + lo, size_t(hi - lo) * sizeof(T));
+    } else if (stride == 2) {
+      gather_every_other(d, x + src, lo, hi, readable - src);
     } else {
       for (int64_t ow = lo; ow < hi; ++ow) d[ow] = x[src + ow * stride];
     }
@@ -180,6 +198,27 @@ void col2im(const Geometry& g, T* col, T* x, int64_t ld) {
       for (int64_t ow = lo; ow < hi; ++ow) d[ow * stride] += s[ow];
     }
   });
+}
+
+// An unpadded 1x1 convolution's windows do not overlap: each input element is read by at most
+// one column entry. Its col2im then writes x [Cg, H, W] row by row, the entries no window reads
+// zero, instead of zeroing all of x and adding the columns back (two passes over x).
+bool disjoint_one_by_one(const Geometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.p.padding_begin[0] == 0 && g.p.padding_begin[1] == 0;
+}
+
+template <typename T>
+void col2im_disjoint(const Geometry& g, const T* col, T* x) {
+  const int64_t sh = g.p.stride[0], sw = g.p.stride[1], out_w = g.out_w;
+  const int64_t inside_w = std::min(out_w, (g.width - 1) / sw + 1);  // columns past W read end padding
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t ih = 0; ih < g.height; ++ih) {
+      T* row = x + (c * g.height + ih) * g.width;
+      std::fill(row, row + g.width, T(0));
+      if (ih % sh != 0 || ih / sh >= g.out_h) continue;
+      const T* s = col + c * g.out_area() + (ih / sh) * out_w;
+      for (int64_t ow = 0; ow < inside_w; ++ow) row[ow * sw] = s[ow];
+    }
 }
 
 // Runs fn(first, last) over the batch: in parallel chunks when there are enough images to give
@@ -240,8 +279,12 @@ void backward_input_typed(const Tensor& grad_input, const Tensor& grad_output, c
           gemm_rm<T>(true, false, cg, area, og, w + grp * og * kg, kg, dyg, area, T(0), dxg, area);
         } else {
           gemm_rm<T>(true, false, kg, area, og, w + grp * og * kg, kg, dyg, area, T(0), col, area);
-          std::fill(dxg, dxg + cg * in_area, T(0));
-          col2im(g, col, dxg, area);
+          if (disjoint_one_by_one(g)) {
+            col2im_disjoint(g, col, dxg);
+          } else {
+            std::fill(dxg, dxg + cg * in_area, T(0));
+            col2im(g, col, dxg, area);
+          }
         }
         if (b)
           for (int64_t c = 0; c < cg; ++c)
@@ -307,10 +350,12 @@ void run_typed(const Tensor& result, const Tensor& a, const Tensor& b, const Ten
 template <typename T>
 struct Forward {
   static void run(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-    if constexpr (std::is_same_v<T, float>)
-      if (cpu::conv_path_for(cpu::ConvPass::Forward, x.shape(), w.shape(), out.shape(), p, b.defined()) ==
-          cpu::ConvPath::OneDnn)
-        return cpu::onednn_conv2d(out, x, w, b, p);
+    if constexpr (std::is_same_v<T, float>) {
+      const cpu::ConvPath path = cpu::conv_path_for(cpu::ConvPass::Forward, x.shape(), w.shape(), out.shape(), p,
+                                                    b.defined());
+      if (path == cpu::ConvPath::OneDnn) return cpu::onednn_conv2d(out, x, w, b, p);
+      if (path == cpu::ConvPath::Direct) return cpu::direct_conv2d(out, x, w, b, p);
+    }
     forward_typed<T>(out, x, w, b, p);
   }
 };
@@ -327,6 +372,10 @@ struct BackwardInput {
 template <typename T>
 struct BackwardWeight {
   static void run(const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor&, const Conv2dParams& p) {
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x.shape(), dw.shape(), dy.shape(), p, false) ==
+          cpu::ConvPath::OneDnn)
+        return cpu::onednn_conv2d_backward_weight(dw, dy, x, p);
     backward_weight_typed<T>(dw, dy, x, p);
   }
 };

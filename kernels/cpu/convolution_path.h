@@ -13,15 +13,19 @@
 //   resnet 64->64 3x3 56x56 (8)        67 vs 88       77 vs 90       70 vs 65
 //   resnet 64->128 1x1 s2 56x56 (8)    65 vs 53       59 vs 52       56 vs 53
 //
-// Dispatch (conv_path_for): forward and input gradient go to oneDNN when each group has at
-// least kOneDnnMinChannels input channels (oneDNN's blocked kernels block over channels; a
-// 1-channel first layer leaves them mostly padding), the kernel is larger than 1x1 (a 1x1
-// convolution does too little work per element for the reorders to pay), and the batch has
-// at least an image per thread (the oneDNN path splits the batch over Ember's threads); the
-// weight gradient stays on the GEMM path. Only what the primitive supports goes there: f32
-// (bf16/f16 run widened to f32), one group, no input-gradient bias (conv_transpose2d's),
-// non-negative end padding, not a 1x1 stride-1 convolution (its GEMM needs no im2col).
-// EMBER_CONV_PATH=gemm|onednn (or set_conv_path) forces one wherever oneDNN supports the case.
+// Dispatch (conv_path_for): a forward convolution on a one-channel input with at least
+// kDirectMinTaps taps (a 5x5 first layer) runs the direct kernel (convolution_direct.h). Other
+// passes go to oneDNN when each group has at least kOneDnnMinChannels input channels (oneDNN's
+// blocked kernels block over channels; a 1-channel first layer leaves them mostly padding), the
+// kernel is larger than 1x1 (a 1x1 convolution does too little work per element for the
+// reorders to pay) and the batch has at least an image per thread (the oneDNN path splits the
+// batch over Ember's threads); the weight gradient only up to kOneDnnMaxWeightGradChannels
+// channels per group (with more, the GEMM's long rows win). Only what a path supports goes
+// there: oneDNN takes f32 (bf16/f16 run widened to f32), one group, no input-gradient bias
+// (conv_transpose2d's), non-negative end padding, not a 1x1 stride-1 convolution (its GEMM
+// needs no im2col); the direct kernel the forward pass with one group, unit strides, at most
+// kDirectMaxTaps taps and output rows of at least 8 columns. EMBER_CONV_PATH=gemm|onednn|direct
+// (or set_conv_path) forces one wherever it supports the case, the GEMM elsewhere.
 #pragma once
 #include <optional>
 
@@ -29,20 +33,25 @@
 
 namespace ember::cpu {
 
-enum class ConvPath { Gemm = 0, OneDnn = 1 };
+enum class ConvPath { Gemm = 0, OneDnn = 1, Direct = 2 };
 enum class ConvPass { Forward, BackwardInput, BackwardWeight };
 
 // Input channels per group from which oneDNN's blocked kernels win (the table above).
 inline constexpr int64_t kOneDnnMinChannels = 4;
+// Input channels per group up to which oneDNN's weight gradient wins (above, the GEMM's).
+inline constexpr int64_t kOneDnnMaxWeightGradChannels = 32;
+// Taps from which the direct kernel beats the GEMM on a one-channel input (it wins at 5x5 and
+// loses at 3x3, where the GEMM's output writes, not its multiplies, set the pace).
+inline constexpr int64_t kDirectMinTaps = 16;
 
 const char* conv_path_name(ConvPath path);
 // The path a pass takes: x [N, C, H, W], weight [O, C / groups, kH, kW], y [N, O, Ho, Wo] (the
-// shapes of the forward convolution whatever the pass). An EMBER_CONV_PATH value other than gemm
-// or onednn is an ember::Error naming it.
+// shapes of the forward convolution whatever the pass). An EMBER_CONV_PATH value other than gemm,
+// onednn or direct is an ember::Error naming it.
 ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y,
                        const native::Conv2dParams& params, bool has_bias);
-// Forces one path wherever oneDNN supports the case (tests, benchmarks); std::nullopt restores
-// the automatic choice.
+// Forces one path wherever it supports the case, the GEMM elsewhere (tests, benchmarks);
+// std::nullopt restores the automatic choice.
 void set_conv_path(std::optional<ConvPath> path);
 
 }  // namespace ember::cpu
