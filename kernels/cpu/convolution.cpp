@@ -12,9 +12,13 @@
 // (kernels/cpu/scratch.h), reused from call to call. bf16 and f16 run in f32 and are rounded
 // once on the way out, as linalg's f16 products are.
 //
-// f32 forward and input-gradient passes that oneDNN's blocked kernels run faster, reorders
-// included, go to oneDNN instead (convolution_path.h has the measurements and the choice,
-// convolution_onednn.cpp the path). Lowering several images into one GEMM (columns
+// f32 passes that oneDNN's blocked kernels run faster, reorders included, go to oneDNN instead,
+// and one-channel 5x5 forward passes to a direct kernel (convolution_path.h has the
+// measurements and the choice; convolution_onednn.cpp and convolution_direct.cpp the paths).
+// On this path, an f32 1x1 convolution with a stride or padding skips the column buffer: its
+// forward and weight gradient gather straight into the GEMM micro-kernel's panels
+// (convolution_pointwise.h), and its input gradient writes each input row once
+// (col2im_disjoint). Lowering several images into one GEMM (columns
 // [Cg*kH*kW, images*Ho*Wo], results scattered back to NCHW) was measured and did not pay on
 // these shapes: the gather/scatter copies cost what the wider GEMM saved, and on 1-channel
 // layers (k = 9) the GEMM is bound by writing its result, which the scatter doubles.
@@ -29,6 +33,8 @@
 #include "kernels/cpu/convolution_direct.h"
 #include "kernels/cpu/convolution_onednn.h"
 #include "kernels/cpu/convolution_path.h"
+#include "kernels/cpu/convolution_pointwise.h"
+#include "kernels/cpu/convolution_weight_chunks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec8.h"
@@ -214,10 +220,21 @@ void col2im_disjoint(const Geometry& g, const T* col, T* x) {
   for (int64_t c = 0; c < g.group_channels(); ++c)
     for (int64_t ih = 0; ih < g.height; ++ih) {
       T* row = x + (c * g.height + ih) * g.width;
-      std::fill(row, row + g.width, T(0));
-      if (ih % sh != 0 || ih / sh >= g.out_h) continue;
+      if (ih % sh != 0 || ih / sh >= g.out_h) {
+        std::fill(row, row + g.width, T(0));
+        continue;
+      }
       const T* s = col + c * g.out_area() + (ih / sh) * out_w;
-      for (int64_t ow = 0; ow < inside_w; ++ow) row[ow * sw] = s[ow];
+      int64_t ow = 0;
+      if constexpr (std::is_same_v<T, float>)
+        if (sw == 2)  // eight columns and the zeros between them as two whole vectors
+          for (; ow + 8 <= inside_w && 2 * ow + 16 <= g.width; ow += 8) {
+            const cpu::vec8::f8 v = cpu::vec8::load8(s + ow), z{};
+            cpu::vec8::store8(row + 2 * ow, __builtin_shufflevector(v, z, 0, 8, 1, 9, 2, 10, 3, 11));
+            cpu::vec8::store8(row + 2 * ow + 8, __builtin_shufflevector(v, z, 4, 12, 5, 13, 6, 14, 7, 15));
+          }
+      std::fill(row + ow * sw, row + g.width, T(0));
+      for (; ow < inside_w; ++ow) row[ow * sw] = s[ow];
     }
 }
 
@@ -301,15 +318,8 @@ void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output,
   const T* x = input.data_ptr<T>();
   T* dw = grad_weight.data_ptr<T>();
   const int64_t og = g.group_out_channels(), kg = g.col_rows(), area = g.out_area();
-  const int64_t size = grad_weight.numel();
-  // One partial sum per chunk of images (summed in a fixed order, so results do not depend on
-  // which thread ran which chunk); a single chunk writes straight into dW.
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(g.batch, get_num_threads()));
-  T* partials = chunks == 1 ? dw : cpu::thread_scratch<T>(kPartialsSlot, size_t(chunks * size));
-  std::fill(partials, partials + chunks * size, T(0));
-  auto run_chunk = [&](int64_t chunk) {
-    const int64_t n0 = g.batch * chunk / chunks, n1 = g.batch * (chunk + 1) / chunks;
-    T* acc = partials + chunk * size;
+  // Per-chunk partial sums added in a fixed order (convolution_weight_chunks.h).
+  auto run_chunk = [&](int64_t n0, int64_t n1, T* acc) {
     T* col = g.direct() ? nullptr : cpu::thread_scratch<T>(kColumnSlot, size_t(kg * area));
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
@@ -319,18 +329,7 @@ void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output,
                    g.direct() ? xg : col, area, T(1), acc + grp * og * kg, kg);
       }
   };
-  if (chunks == 1) {
-    run_chunk(0);
-    return;
-  }
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) run_chunk(c);
-  });
-  for (int64_t i = 0; i < size; ++i) {
-    T s = partials[i];
-    for (int64_t c = 1; c < chunks; ++c) s += partials[c * size + i];
-    dw[i] = s;
-  }
+  cpu::sum_weight_gradient_over_chunks(g.batch, dw, grad_weight.numel(), kPartialsSlot, run_chunk);
 }
 
 // Runs kernel<T> for f32 and f64; bf16 and f16 operands are widened to f32 and the result
@@ -355,6 +354,8 @@ struct Forward {
                                                     b.defined());
       if (path == cpu::ConvPath::OneDnn) return cpu::onednn_conv2d(out, x, w, b, p);
       if (path == cpu::ConvPath::Direct) return cpu::direct_conv2d(out, x, w, b, p);
+      if (cpu::pointwise_conv_applies(x.shape(), w.shape(), out.shape(), p))
+        return cpu::pointwise_conv2d(out, x, w, b, p);
     }
     forward_typed<T>(out, x, w, b, p);
   }
@@ -376,6 +377,9 @@ struct BackwardWeight {
       if (cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x.shape(), dw.shape(), dy.shape(), p, false) ==
           cpu::ConvPath::OneDnn)
         return cpu::onednn_conv2d_backward_weight(dw, dy, x, p);
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::pointwise_conv_applies(x.shape(), dw.shape(), dy.shape(), p))
+        return cpu::pointwise_conv2d_backward_weight(dw, dy, x, p);
     backward_weight_typed<T>(dw, dy, x, p);
   }
 };

@@ -1,5 +1,7 @@
 #include "kernels/cpu/convolution_direct.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -40,27 +42,29 @@ struct DirectPlan {
 template <int OB, int NV>
 void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float* padded, const float* bias, float* y,
                    int64_t o0, const int64_t* chunk_starts) {
-  const int64_t taps = g.taps(), area = g.out_h * g.out_w;
+  // Locals, not g's fields: the stores through y could otherwise alias them for the compiler.
+  const int64_t taps = g.taps(), area = g.out_h * g.out_w, out_h = g.out_h, out_w = g.out_w;
+  const int64_t padded_w = g.padded_w;
   const int64_t* offsets = plan.offsets.data();
   const float* w = plan.weights.data() + o0 * taps;
   int64_t starts[NV];
   for (int j = 0; j < NV; ++j) starts[j] = chunk_starts[j];
-  for (int64_t oh = 0; oh < g.out_h; ++oh) {
-    const float* base = padded + oh * g.padded_w;
+  for (int64_t oh = 0; oh < out_h; ++oh) {
+    const float* base = padded + oh * padded_w;
     f8 acc[OB][NV];
     for (int q = 0; q < OB; ++q)
       for (int j = 0; j < NV; ++j) acc[q][j] = f8{} + (bias ? bias[o0 + q] : 0.0f);
     for (int64_t t = 0; t < taps; ++t) {
       const float* in = base + offsets[t];
       f8 wv[OB];
-      for (int q = 0; q < OB; ++q) wv[q] = f8{} + w[t * OB + q];
+      for (int q = 0; q < OB; ++q) wv[q] = f8(_mm256_broadcast_ss(w + t * OB + q));
       for (int j = 0; j < NV; ++j) {
         const f8 xv = vec8::load8(in + starts[j]);
         for (int q = 0; q < OB; ++q) acc[q][j] += wv[q] * xv;
       }
     }
     for (int q = 0; q < OB; ++q)
-      for (int j = 0; j < NV; ++j) vec8::store8(y + (o0 + q) * area + oh * g.out_w + starts[j], acc[q][j]);
+      for (int j = 0; j < NV; ++j) vec8::store8(y + (o0 + q) * area + oh * out_w + starts[j], acc[q][j]);
   }
 }
 

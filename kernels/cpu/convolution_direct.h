@@ -2,7 +2,8 @@
 // 1-channel image: Cg * kH * kW of 9 or 25). There im2col + GEMM runs a product with a tiny
 // inner dimension that spends its time packing and storing rather than multiplying; this
 // kernel keeps three output channels by up to 32 output columns in registers and sweeps the
-// taps over a zero-padded copy of the image, writing each output once.
+// taps over a zero-padded copy of the image, writing each output once. The automatic choice
+// (convolution_path.h) takes it for one-channel layers from kDirectMinTaps taps.
 #pragma once
 #include "core/native/convolution.h"
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_path.h"
+#include "kernels/cpu/convolution_weight_chunks.h"
 #include "kernels/cpu/onednn_runtime.h"
 #include "kernels/cpu/scratch.h"
 
@@ -224,30 +225,18 @@ void onednn_conv2d_backward_input(const Tensor& grad_input, const Tensor& grad_o
                 grad_output.data_ptr<float>(), nullptr, grad_input.data_ptr<float>(), params);
 }
 
-// One chunk of images per thread, each summing its images' gradient in the primitive, the
-// chunks' partial sums then added in chunk order (so the result does not depend on which
-// thread ran which chunk); a single chunk writes straight into dW.
+// The batch in one chunk of images per thread (convolution_weight_chunks.h), the primitive
+// summing each chunk's images.
 void onednn_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
                                    const Conv2dParams& params) {
   const Shape &x = input.shape(), &y = grad_output.shape(), &w = grad_weight.shape();
-  const int64_t batch = x[0], size = grad_weight.numel();
   const int64_t x_image = x[1] * x[2] * x[3], y_image = y[1] * y[2] * y[3];
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(batch, get_num_threads()));
-  float* dw = grad_weight.data_ptr<float>();
-  float* partials = chunks == 1 ? dw : thread_scratch<float>(kPartialsSlot, size_t(chunks * size));
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t n0 = batch * c / chunks, n1 = batch * (c + 1) / chunks;
-      run_images(ConvPass::BackwardWeight, n1 - n0, x, w, y, grad_output.data_ptr<float>() + n0 * y_image,
-                 input.data_ptr<float>() + n0 * x_image, nullptr, partials + c * size, params);
-    }
-  });
-  if (chunks == 1) return;
-  for (int64_t i = 0; i < size; ++i) {
-    float s = partials[i];
-    for (int64_t c = 1; c < chunks; ++c) s += partials[c * size + i];
-    dw[i] = s;
-  }
+  sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPartialsSlot,
+                                  [&](int64_t n0, int64_t n1, float* acc) {
+                                    run_images(ConvPass::BackwardWeight, n1 - n0, x, w, y,
+                                               grad_output.data_ptr<float>() + n0 * y_image,
+                                               input.data_ptr<float>() + n0 * x_image, nullptr, acc, params);
+                                  });
 }
 
 }  // namespace ember::cpu
