@@ -12,9 +12,13 @@
 // (kernels/cpu/scratch.h), reused from call to call. bf16 and f16 run in f32 and are rounded
 // once on the way out, as linalg's f16 products are.
 //
-// f32 forward and input-gradient passes that oneDNN's blocked kernels run faster, reorders
-// included, go to oneDNN instead (convolution_path.h has the measurements and the choice,
-// convolution_onednn.cpp the path). Lowering several images into one GEMM (columns
+// f32 passes that oneDNN's blocked kernels run faster, reorders included, go to oneDNN instead,
+// and one-channel 5x5 forward passes to a direct kernel (convolution_path.h has the
+// measurements and the choice; convolution_onednn.cpp and convolution_direct.cpp the paths).
+// On this path, an f32 1x1 convolution with a stride or padding skips the column buffer: its
+// forward and weight gradient gather straight into the GEMM micro-kernel's panels
+// (convolution_pointwise.h), and its input gradient writes each input row once
+// (col2im_disjoint). Lowering several images into one GEMM (columns
 // [Cg*kH*kW, images*Ho*Wo], results scattered back to NCHW) was measured and did not pay on
 // these shapes: the gather/scatter copies cost what the wider GEMM saved, and on 1-channel
 // layers (k = 9) the GEMM is bound by writing its result, which the scatter doubles.
@@ -26,10 +30,14 @@
 #include "core/native/copy.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/convolution_direct.h"
 #include "kernels/cpu/convolution_onednn.h"
 #include "kernels/cpu/convolution_path.h"
+#include "kernels/cpu/convolution_pointwise.h"
+#include "kernels/cpu/convolution_weight_chunks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec8.h"
 
 namespace ember {
 namespace {
@@ -120,6 +128,19 @@ void walk_shifted_rows(const Geometry& g, const Visit& visit) {
       }
 }
 
+// d[ow] = s[2 * ow] for ow in [lo, hi), reading no further than s[readable - 1]: a stride-2
+// window's columns, eight at a time from two loads (the scalar loop gathers one by one).
+template <typename T>
+void gather_every_other(T* d, const T* s, int64_t lo, int64_t hi, int64_t readable) {
+  int64_t ow = lo;
+  if constexpr (std::is_same_v<T, float>)
+    for (; ow + 8 <= hi && 2 * ow + 16 <= readable; ow += 8) {
+      const cpu::vec8::f8 a = cpu::vec8::load8(s + 2 * ow), b = cpu::vec8::load8(s + 2 * ow + 8);
+      cpu::vec8::store8(d + ow, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14));
+    }
+  for (; ow < hi; ++ow) d[ow] = s[2 * ow];
+}
+
 // col [Cg*kH*kW, Ho*Wo] (rows `ld` apart) from x [Cg, H, W].
 template <typename T>
 void im2col(const Geometry& g, const T* x, T* col, int64_t ld) {
@@ -142,11 +163,14 @@ void im2col(const Geometry& g, const T* x, T* col, int64_t ld) {
     });
     return;
   }
+  const int64_t readable = g.group_channels() * g.in_area();
   walk_columns(g, ld, [&](int64_t dst, int64_t src, int64_t lo, int64_t hi) {
     T* d = col + dst;
     std::fill(d, d + lo, T(0));
     if (stride == 1) {
       if (hi > lo) std::memcpy(d + lo, x + src + lo, size_t(hi - lo) * sizeof(T));
+    } else if (stride == 2) {
+      gather_every_other(d, x + src, lo, hi, readable - src);
     } else {
       for (int64_t ow = lo; ow < hi; ++ow) d[ow] = x[src + ow * stride];
     }
@@ -180,6 +204,38 @@ void col2im(const Geometry& g, T* col, T* x, int64_t ld) {
       for (int64_t ow = lo; ow < hi; ++ow) d[ow * stride] += s[ow];
     }
   });
+}
+
+// An unpadded 1x1 convolution's windows do not overlap: each input element is read by at most
+// one column entry. Its col2im then writes x [Cg, H, W] row by row, the entries no window reads
+// zero, instead of zeroing all of x and adding the columns back (two passes over x).
+bool disjoint_one_by_one(const Geometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.p.padding_begin[0] == 0 && g.p.padding_begin[1] == 0;
+}
+
+template <typename T>
+void col2im_disjoint(const Geometry& g, const T* col, T* x) {
+  const int64_t sh = g.p.stride[0], sw = g.p.stride[1], out_w = g.out_w;
+  const int64_t inside_w = std::min(out_w, (g.width - 1) / sw + 1);  // columns past W read end padding
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t ih = 0; ih < g.height; ++ih) {
+      T* row = x + (c * g.height + ih) * g.width;
+      if (ih % sh != 0 || ih / sh >= g.out_h) {
+        std::fill(row, row + g.width, T(0));
+        continue;
+      }
+      const T* s = col + c * g.out_area() + (ih / sh) * out_w;
+      int64_t ow = 0;
+      if constexpr (std::is_same_v<T, float>)
+        if (sw == 2)  // eight columns and the zeros between them as two whole vectors
+          for (; ow + 8 <= inside_w && 2 * ow + 16 <= g.width; ow += 8) {
+            const cpu::vec8::f8 v = cpu::vec8::load8(s + ow), z{};
+            cpu::vec8::store8(row + 2 * ow, __builtin_shufflevector(v, z, 0, 8, 1, 9, 2, 10, 3, 11));
+            cpu::vec8::store8(row + 2 * ow + 8, __builtin_shufflevector(v, z, 4, 12, 5, 13, 6, 14, 7, 15));
+          }
+      std::fill(row + ow * sw, row + g.width, T(0));
+      for (; ow < inside_w; ++ow) row[ow * sw] = s[ow];
+    }
 }
 
 // Runs fn(first, last) over the batch: in parallel chunks when there are enough images to give
@@ -240,8 +296,12 @@ void backward_input_typed(const Tensor& grad_input, const Tensor& grad_output, c
           gemm_rm<T>(true, false, cg, area, og, w + grp * og * kg, kg, dyg, area, T(0), dxg, area);
         } else {
           gemm_rm<T>(true, false, kg, area, og, w + grp * og * kg, kg, dyg, area, T(0), col, area);
-          std::fill(dxg, dxg + cg * in_area, T(0));
-          col2im(g, col, dxg, area);
+          if (disjoint_one_by_one(g)) {
+            col2im_disjoint(g, col, dxg);
+          } else {
+            std::fill(dxg, dxg + cg * in_area, T(0));
+            col2im(g, col, dxg, area);
+          }
         }
         if (b)
           for (int64_t c = 0; c < cg; ++c)
@@ -258,15 +318,8 @@ void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output,
   const T* x = input.data_ptr<T>();
   T* dw = grad_weight.data_ptr<T>();
   const int64_t og = g.group_out_channels(), kg = g.col_rows(), area = g.out_area();
-  const int64_t size = grad_weight.numel();
-  // One partial sum per chunk of images (summed in a fixed order, so results do not depend on
-  // which thread ran which chunk); a single chunk writes straight into dW.
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(g.batch, get_num_threads()));
-  T* partials = chunks == 1 ? dw : cpu::thread_scratch<T>(kPartialsSlot, size_t(chunks * size));
-  std::fill(partials, partials + chunks * size, T(0));
-  auto run_chunk = [&](int64_t chunk) {
-    const int64_t n0 = g.batch * chunk / chunks, n1 = g.batch * (chunk + 1) / chunks;
-    T* acc = partials + chunk * size;
+  // Per-chunk partial sums added in a fixed order (convolution_weight_chunks.h).
+  auto run_chunk = [&](int64_t n0, int64_t n1, T* acc) {
     T* col = g.direct() ? nullptr : cpu::thread_scratch<T>(kColumnSlot, size_t(kg * area));
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
@@ -276,18 +329,7 @@ void backward_weight_typed(const Tensor& grad_weight, const Tensor& grad_output,
                    g.direct() ? xg : col, area, T(1), acc + grp * og * kg, kg);
       }
   };
-  if (chunks == 1) {
-    run_chunk(0);
-    return;
-  }
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) run_chunk(c);
-  });
-  for (int64_t i = 0; i < size; ++i) {
-    T s = partials[i];
-    for (int64_t c = 1; c < chunks; ++c) s += partials[c * size + i];
-    dw[i] = s;
-  }
+  cpu::sum_weight_gradient_over_chunks(g.batch, dw, grad_weight.numel(), kPartialsSlot, run_chunk);
 }
 
 // Runs kernel<T> for f32 and f64; bf16 and f16 operands are widened to f32 and the result
@@ -307,10 +349,14 @@ void run_typed(const Tensor& result, const Tensor& a, const Tensor& b, const Ten
 template <typename T>
 struct Forward {
   static void run(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-    if constexpr (std::is_same_v<T, float>)
-      if (cpu::conv_path_for(cpu::ConvPass::Forward, x.shape(), w.shape(), out.shape(), p, b.defined()) ==
-          cpu::ConvPath::OneDnn)
-        return cpu::onednn_conv2d(out, x, w, b, p);
+    if constexpr (std::is_same_v<T, float>) {
+      const cpu::ConvPath path = cpu::conv_path_for(cpu::ConvPass::Forward, x.shape(), w.shape(), out.shape(), p,
+                                                    b.defined());
+      if (path == cpu::ConvPath::OneDnn) return cpu::onednn_conv2d(out, x, w, b, p);
+      if (path == cpu::ConvPath::Direct) return cpu::direct_conv2d(out, x, w, b, p);
+      if (cpu::pointwise_conv_applies(x.shape(), w.shape(), out.shape(), p))
+        return cpu::pointwise_conv2d(out, x, w, b, p);
+    }
     forward_typed<T>(out, x, w, b, p);
   }
 };
@@ -327,6 +373,13 @@ struct BackwardInput {
 template <typename T>
 struct BackwardWeight {
   static void run(const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor&, const Conv2dParams& p) {
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x.shape(), dw.shape(), dy.shape(), p, false) ==
+          cpu::ConvPath::OneDnn)
+        return cpu::onednn_conv2d_backward_weight(dw, dy, x, p);
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::pointwise_conv_applies(x.shape(), dw.shape(), dy.shape(), p))
+        return cpu::pointwise_conv2d_backward_weight(dw, dy, x, p);
     backward_weight_typed<T>(dw, dy, x, p);
   }
 };

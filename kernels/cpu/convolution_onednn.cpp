@@ -2,14 +2,14 @@
 
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <array>
-#include <atomic>
-#include <cstdlib>
-#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_path.h"
+#include "kernels/cpu/convolution_weight_chunks.h"
 #include "kernels/cpu/onednn_runtime.h"
 #include "kernels/cpu/scratch.h"
 
@@ -25,26 +25,10 @@ using tag = dnnl::memory::format_tag;
 constexpr size_t kCacheCapacity = 128;
 // Scratch slots for the blocked copies (convolution.cpp's GEMM path uses the lower ones).
 constexpr int kSourceSlot = 4;
-constexpr int kWeightSlot = 5;
+constexpr int kSecondSlot = 5;
 constexpr int kResultSlot = 6;
-
-// ---- path selection
-
-ConvPath parse_path(const std::string& v) {
-  if (v == "gemm") return ConvPath::Gemm;
-  if (v == "onednn") return ConvPath::OneDnn;
-  EMBER_FAIL("EMBER_CONV_PATH: expected gemm or onednn, got '", v, "'");
-}
-
-constexpr int kAutomatic = -1;
-
-std::atomic<int>& forced_path() {
-  static std::atomic<int> forced{[] {
-    const char* env = std::getenv("EMBER_CONV_PATH");
-    return env == nullptr || *env == '\0' ? kAutomatic : static_cast<int>(parse_path(env));
-  }()};
-  return forced;
-}
+// The weight gradient's per-chunk partial sums (the caller's; its chunks use the slots above).
+constexpr int kPartialsSlot = 7;
 
 // The end padding oneDNN needs for the output size (negative when the stride skips input rows
 // past the last window, which the primitive does not take).
@@ -52,9 +36,11 @@ int64_t end_padding(int64_t in, int64_t out, int64_t kernel, int64_t stride, int
   return (out - 1) * stride + (kernel - 1) * dilation + 1 - in - begin;
 }
 
-bool onednn_supports(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p,
-                     bool has_bias) {
-  if (pass == ConvPass::BackwardWeight || p.groups != 1 || (pass == ConvPass::BackwardInput && has_bias)) return false;
+}  // namespace
+
+bool onednn_conv_supports(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p,
+                          bool has_bias) {
+  if (p.groups != 1 || (pass == ConvPass::BackwardInput && has_bias)) return false;
   if (x[0] == 0 || x[1] == 0 || w[0] == 0) return false;
   const bool one_by_one = w[2] == 1 && w[3] == 1 && p.stride[0] == 1 && p.stride[1] == 1 &&
                           p.padding_begin[0] == 0 && p.padding_begin[1] == 0;
@@ -63,6 +49,8 @@ bool onednn_supports(ConvPass pass, const Shape& x, const Shape& w, const Shape&
     if (end_padding(x[2 + i], y[2 + i], w[2 + i], p.stride[i], p.dilation[i], p.padding_begin[i]) < 0) return false;
   return true;
 }
+
+namespace {
 
 // ---- primitives
 
@@ -85,11 +73,14 @@ struct ConvKeyHash {
 };
 
 // One pass's primitive and the reorders between Ember's plain layouts and the primitive's.
-// `source` is the activation read (x forward, dY backward), `result` the one written.
+// Its operands by pass:   source   second   result
+//   forward               x        w        y
+//   backward input        dY       w        dx
+//   backward weight       dY       x        dW
 struct ConvPrimitive {
   dnnl::primitive conv;
-  dnnl::memory::desc source, weight, result, plain_source, plain_weight, plain_result, bias;
-  dnnl::reorder source_in, weight_in, result_out;
+  dnnl::memory::desc source, second, result, plain_source, plain_second, plain_result, bias;
+  dnnl::reorder source_in, second_in, result_out;
   size_t scratchpad_bytes = 0;
 };
 
@@ -124,24 +115,34 @@ ConvPrimitive create(const ConvKey& k) {
   const dnnl::convolution_forward::primitive_desc fwd(fwd_desc, attr, engine);
   ConvPrimitive made;
   made.bias = b_md;
+  // The primitive and its operands' layouts, as it chose them and as Ember holds them.
+  using md = dnnl::memory::desc;
+  auto adopt = [&made](dnnl::primitive conv, const md& scratchpad, const md& source, const md& plain_source,
+                       const md& second, const md& plain_second, const md& result, const md& plain_result) {
+    made.conv = std::move(conv), made.scratchpad_bytes = scratchpad.get_size();
+    made.source = source, made.second = second, made.result = result;
+    made.plain_source = plain_source, made.plain_second = plain_second, made.plain_result = plain_result;
+  };
   if (forward) {
-    made.conv = dnnl::convolution_forward(fwd);
-    made.source = fwd.src_desc(), made.weight = fwd.weights_desc(), made.result = fwd.dst_desc();
-    made.plain_source = x_plain, made.plain_result = y_plain;
-    made.scratchpad_bytes = fwd.scratchpad_desc().get_size();
-  } else {
+    adopt(dnnl::convolution_forward(fwd), fwd.scratchpad_desc(), fwd.src_desc(), x_plain, fwd.weights_desc(),
+          w_plain, fwd.dst_desc(), y_plain);
+  } else if (k.pass == int(ConvPass::BackwardInput)) {
     const dnnl::convolution_backward_data::primitive_desc bwd(
         dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides,
                                               dilates, pad_l, pad_r),
         attr, engine, fwd);
-    made.conv = dnnl::convolution_backward_data(bwd);
-    made.source = bwd.diff_dst_desc(), made.weight = bwd.weights_desc(), made.result = bwd.diff_src_desc();
-    made.plain_source = y_plain, made.plain_result = x_plain;
-    made.scratchpad_bytes = bwd.scratchpad_desc().get_size();
+    adopt(dnnl::convolution_backward_data(bwd), bwd.scratchpad_desc(), bwd.diff_dst_desc(), y_plain,
+          bwd.weights_desc(), w_plain, bwd.diff_src_desc(), x_plain);
+  } else {
+    const dnnl::convolution_backward_weights::primitive_desc bwd(
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides,
+                                                 dilates, pad_l, pad_r),
+        attr, engine, fwd);
+    adopt(dnnl::convolution_backward_weights(bwd), bwd.scratchpad_desc(), bwd.diff_dst_desc(), y_plain,
+          bwd.src_desc(), x_plain, bwd.diff_weights_desc(), w_plain);
   }
-  made.plain_weight = w_plain;
   made.source_in = dnnl::reorder(dnnl::reorder::primitive_desc(engine, made.plain_source, engine, made.source));
-  made.weight_in = dnnl::reorder(dnnl::reorder::primitive_desc(engine, made.plain_weight, engine, made.weight));
+  made.second_in = dnnl::reorder(dnnl::reorder::primitive_desc(engine, made.plain_second, engine, made.second));
   made.result_out = dnnl::reorder(dnnl::reorder::primitive_desc(engine, made.result, engine, made.plain_result));
   return made;
 }
@@ -158,35 +159,34 @@ dnnl::memory scratch_memory(const dnnl::memory::desc& md, int slot) {
   return dnnl::memory(md, onednn_engine(), thread_scratch_bytes(slot, md.get_size()));
 }
 
-// Runs one pass on images [n0, n1) on the calling thread: source and weight (plain) in,
-// result (plain) out. x and y give the shapes of the forward convolution.
-void run_images(ConvPass pass, int64_t n0, int64_t n1, const Shape& x, const Shape& y, const Tensor& weight,
-                const float* source, const float* bias, float* result, const Conv2dParams& p) {
-  const ConvKey key = key_of(pass, n1 - n0, x, weight.shape(), y, p, bias != nullptr);
+// Runs one pass on `images` images on the calling thread, the pointers at its first image (the
+// weight, and the weight gradient written, whole): source and second (plain) in, result
+// (plain) out. x, w and y give the shapes of the forward convolution.
+void run_images(ConvPass pass, int64_t images, const Shape& x, const Shape& w, const Shape& y, const float* source,
+                const float* second, const float* bias, float* result, const Conv2dParams& p) {
+  const ConvKey key = key_of(pass, images, x, w, y, p, bias != nullptr);
   const std::shared_ptr<const ConvPrimitive> prim = cache().get(key, create);
-  const bool forward = pass == ConvPass::Forward;
-  const int64_t x_image = x[1] * x[2] * x[3], y_image = y[1] * y[2] * y[3];
-  source += n0 * (forward ? x_image : y_image);
-  result += n0 * (forward ? y_image : x_image);
   const dnnl::engine& engine = onednn_engine();
   dnnl::stream& stream = onednn_thread_stream();
   OmpThreads one_thread(1);
   dnnl::memory plain_source(prim->plain_source, engine, const_cast<float*>(source));
-  dnnl::memory plain_weight(prim->plain_weight, engine, const_cast<float*>(weight.data_ptr<float>()));
+  dnnl::memory plain_second(prim->plain_second, engine, const_cast<float*>(second));
   dnnl::memory plain_result(prim->plain_result, engine, result);
-  const bool same_source = prim->source == prim->plain_source, same_weight = prim->weight == prim->plain_weight;
+  const bool same_source = prim->source == prim->plain_source, same_second = prim->second == prim->plain_second;
   const bool same_result = prim->result == prim->plain_result;
   dnnl::memory src = same_source ? plain_source : scratch_memory(prim->source, kSourceSlot);
-  dnnl::memory wei = same_weight ? plain_weight : scratch_memory(prim->weight, kWeightSlot);
+  dnnl::memory sec = same_second ? plain_second : scratch_memory(prim->second, kSecondSlot);
   dnnl::memory res = same_result ? plain_result : scratch_memory(prim->result, kResultSlot);
   if (!same_source) prim->source_in.execute(stream, plain_source, src);
-  if (!same_weight) prim->weight_in.execute(stream, plain_weight, wei);
+  if (!same_second) prim->second_in.execute(stream, plain_second, sec);
   std::unordered_map<int, dnnl::memory> args;
-  if (forward) {
-    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, res}};
+  if (pass == ConvPass::Forward) {
+    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, sec}, {DNNL_ARG_DST, res}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(prim->bias, engine, const_cast<float*>(bias)));
+  } else if (pass == ConvPass::BackwardInput) {
+    args = {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_WEIGHTS, sec}, {DNNL_ARG_DIFF_SRC, res}};
   } else {
-    args = {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, res}};
+    args = {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_SRC, sec}, {DNNL_ARG_DIFF_WEIGHTS, res}};
   }
   if (prim->scratchpad_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(dnnl::memory::desc({dnnl::memory::dim(prim->scratchpad_bytes)},
@@ -197,45 +197,46 @@ void run_images(ConvPass pass, int64_t n0, int64_t n1, const Shape& x, const Sha
   stream.wait();
 }
 
-// The batch split over Ember's pool, each thread running the primitive (one OpenMP thread) on
-// its own images: oneDNN's OpenMP threads spin after each call and starve Ember's pool threads
-// of the cores they share.
-void run(ConvPass pass, const Shape& x, const Shape& y, const Tensor& weight, const float* source, const float* bias,
-         float* result, const Conv2dParams& p) {
+// Forward and input gradient: the batch split over Ember's pool, each thread running the
+// primitive (one OpenMP thread) on its own images: oneDNN's OpenMP threads spin after each call
+// and starve Ember's pool threads of the cores they share.
+void run_per_image(ConvPass pass, const Shape& x, const Shape& y, const Tensor& weight, const float* source,
+                   const float* bias, float* result, const Conv2dParams& p) {
+  const bool forward = pass == ConvPass::Forward;
+  const int64_t x_image = x[1] * x[2] * x[3], y_image = y[1] * y[2] * y[3];
+  const int64_t source_image = forward ? x_image : y_image, result_image = forward ? y_image : x_image;
   parallel_for(0, x[0], 1, [&](int64_t n0, int64_t n1) {
-    run_images(pass, n0, n1, x, y, weight, source, bias, result, p);
+    run_images(pass, n1 - n0, x, weight.shape(), y, source + n0 * source_image, weight.data_ptr<float>(), bias,
+               result + n0 * result_image, p);
   });
 }
 
 }  // namespace
 
-const char* conv_path_name(ConvPath path) { return path == ConvPath::OneDnn ? "onednn" : "gemm"; }
-
-void set_conv_path(std::optional<ConvPath> path) {
-  forced_path().store(path ? static_cast<int>(*path) : kAutomatic, std::memory_order_relaxed);
-}
-
-ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y, const Conv2dParams& params,
-                       bool has_bias) {
-  const int forced = forced_path().load(std::memory_order_relaxed);
-  if (!onednn_supports(pass, x, weight, y, params, has_bias)) return ConvPath::Gemm;
-  if (forced != kAutomatic) return static_cast<ConvPath>(forced);
-  // A batch smaller than the pool would leave threads idle (the batch is what is split); a 1x1
-  // kernel does too little work per element for the reorders to pay.
-  const bool wins = weight[1] >= kOneDnnMinChannels && weight[2] * weight[3] > 1 && x[0] >= get_num_threads();
-  return wins ? ConvPath::OneDnn : ConvPath::Gemm;
-}
-
 void onednn_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                    const Conv2dParams& params) {
-  run(ConvPass::Forward, input.shape(), out.shape(), weight, input.data_ptr<float>(),
-      bias.defined() ? bias.data_ptr<float>() : nullptr, out.data_ptr<float>(), params);
+  run_per_image(ConvPass::Forward, input.shape(), out.shape(), weight, input.data_ptr<float>(),
+                bias.defined() ? bias.data_ptr<float>() : nullptr, out.data_ptr<float>(), params);
 }
 
 void onednn_conv2d_backward_input(const Tensor& grad_input, const Tensor& grad_output, const Tensor& weight,
                                   const Conv2dParams& params) {
-  run(ConvPass::BackwardInput, grad_input.shape(), grad_output.shape(), weight, grad_output.data_ptr<float>(), nullptr,
-      grad_input.data_ptr<float>(), params);
+  run_per_image(ConvPass::BackwardInput, grad_input.shape(), grad_output.shape(), weight,
+                grad_output.data_ptr<float>(), nullptr, grad_input.data_ptr<float>(), params);
+}
+
+// The batch in one chunk of images per thread (convolution_weight_chunks.h), the primitive
+// summing each chunk's images.
+void onednn_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
+                                   const Conv2dParams& params) {
+  const Shape &x = input.shape(), &y = grad_output.shape(), &w = grad_weight.shape();
+  const int64_t x_image = x[1] * x[2] * x[3], y_image = y[1] * y[2] * y[3];
+  sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPartialsSlot,
+                                  [&](int64_t n0, int64_t n1, float* acc) {
+                                    run_images(ConvPass::BackwardWeight, n1 - n0, x, w, y,
+                                               grad_output.data_ptr<float>() + n0 * y_image,
+                                               input.data_ptr<float>() + n0 * x_image, nullptr, acc, params);
+                                  });
 }
 
 }  // namespace ember::cpu

@@ -1,27 +1,53 @@
-// Which kernel runs an f32 CPU convolution pass: Ember's im2col + GEMM (convolution.cpp) or
-// oneDNN 2.6's convolution primitive in its blocked layouts (convolution_onednn.cpp), reached
-// from Ember's NCHW tensors through a reorder of each operand in and of the result out.
+// Which kernel runs an f32 CPU convolution pass: Ember's im2col + GEMM (convolution.cpp, with
+// its gathered-panel 1x1 case in convolution_pointwise.h), oneDNN 2.6's convolution primitive in
+// its blocked layouts (convolution_onednn.cpp), reached from Ember's NCHW tensors through a
+// reorder of each operand in and of the result out, or a direct kernel for one-channel layers
+// (convolution_direct.h).
 //
-// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time; AMD EPYC Zen 3
-// AVX2, 2 cores shared with other builds, so +-20% from run to run), Ember's GEMM path against
-// oneDNN's blocked kernels with the reorders counted ("onednn_reordered"):
+// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time, best of two runs;
+// AMD EPYC Zen 3 AVX2, 2 cores shared with other builds, so +-20% from run to run): the path
+// the choice below takes, against oneDNN's blocked kernels with the reorders counted
+// ("reordered") and on tensors kept in its own layouts ("blocked", no reorders: out of reach of
+// an NCHW framework on the 1x1 and first layers).
 //
-//   shape (N)                          fwd            bwd_data       bwd_weight
-//   lenet c2 6->16 5x5 12x12 (64)      31 vs 60       32 vs 35       27 vs 46
-//   fmnist c1 1->32 3x3 28x28 (128)    50 vs 30       49 vs  8       26 vs  7
-//   fmnist c2 32->64 3x3 14x14 (128)   65 vs 80       66 vs 86       68 vs 64
-//   resnet 64->64 3x3 56x56 (8)        67 vs 88       77 vs 90       70 vs 65
-//   resnet 64->128 1x1 s2 56x56 (8)    65 vs 53       59 vs 52       56 vs 53
+//   shape (N)                          pass        path     Ember  reordered  blocked
+//   lenet c1 1->6 5x5 28x28 (64)       fwd         direct     79        24       27
+//                                      bwd_data    gemm       29         6        6
+//                                      bwd_weight  gemm       11         7        8
+//   lenet c2 6->16 5x5 12x12 (64)      fwd         onednn     59        59       62
+//                                      bwd_data    onednn     33        34       37
+//                                      bwd_weight  onednn     44        45       49
+//   fmnist c1 1->32 3x3 28x28 (128)    fwd         gemm       48        28       62
+//                                      bwd_data    gemm       49         7        9
+//                                      bwd_weight  gemm       25         7        9
+//   fmnist c2 32->64 3x3 14x14 (128)   fwd         onednn     75        80       88
+//                                      bwd_data    onednn     82        83       95
+//                                      bwd_weight  onednn     61        63       70
+//   resnet 64->64 3x3 56x56 (8)        fwd         onednn     86        87       94
+//                                      bwd_data    onednn     88        90       94
+//                                      bwd_weight  gemm       68        64       67
+//   resnet 64->128 1x1 s2 56x56 (8)    fwd         gemm       67        58       78
+//                                      bwd_data    gemm       57        50       75
+//                                      bwd_weight  gemm       49        42       77
 //
-// Dispatch (conv_path_for): forward and input gradient go to oneDNN when each group has at
-// least kOneDnnMinChannels input channels (oneDNN's blocked kernels block over channels; a
-// 1-channel first layer leaves them mostly padding), the kernel is larger than 1x1 (a 1x1
-// convolution does too little work per element for the reorders to pay), and the batch has
-// at least an image per thread (the oneDNN path splits the batch over Ember's threads); the
-// weight gradient stays on the GEMM path. Only what the primitive supports goes there: f32
-// (bf16/f16 run widened to f32), one group, no input-gradient bias (conv_transpose2d's),
-// non-negative end padding, not a 1x1 stride-1 convolution (its GEMM needs no im2col).
-// EMBER_CONV_PATH=gemm|onednn (or set_conv_path) forces one wherever oneDNN supports the case.
+// The direct kernel loses to the GEMM on the 3x3 first layer (both near 45, bound by writing
+// the output), oneDNN's weight gradient to the GEMM from 64 channels (resnet 256->256: 57 vs
+// 85 on the GEMM), and the 1x1 layers go to the GEMM: their reorders cost more than oneDNN's
+// kernels gain.
+//
+// Dispatch (conv_path_for): a forward convolution on a one-channel input with at least
+// kDirectMinTaps taps (a 5x5 first layer) runs the direct kernel (convolution_direct.h). Other
+// passes go to oneDNN when each group has at least kOneDnnMinChannels input channels (oneDNN's
+// blocked kernels block over channels; a 1-channel first layer leaves them mostly padding), the
+// kernel is larger than 1x1 (a 1x1 convolution does too little work per element for the
+// reorders to pay) and the batch has at least an image per thread (the oneDNN path splits the
+// batch over Ember's threads); the weight gradient only up to kOneDnnMaxWeightGradChannels
+// channels per group (with more, the GEMM's long rows win). Only what a path supports goes
+// there: oneDNN takes f32 (bf16/f16 run widened to f32), one group, no input-gradient bias
+// (conv_transpose2d's), non-negative end padding, not a 1x1 stride-1 convolution (its GEMM
+// needs no im2col); the direct kernel the forward pass with one group, unit strides, at most
+// kDirectMaxTaps taps and output rows of at least 8 columns. EMBER_CONV_PATH=gemm|onednn|direct
+// (or set_conv_path) forces one wherever it supports the case, the GEMM elsewhere.
 #pragma once
 #include <optional>
 
@@ -29,20 +55,25 @@
 
 namespace ember::cpu {
 
-enum class ConvPath { Gemm = 0, OneDnn = 1 };
+enum class ConvPath { Gemm = 0, OneDnn = 1, Direct = 2 };
 enum class ConvPass { Forward, BackwardInput, BackwardWeight };
 
 // Input channels per group from which oneDNN's blocked kernels win (the table above).
 inline constexpr int64_t kOneDnnMinChannels = 4;
+// Input channels per group up to which oneDNN's weight gradient wins (above, the GEMM's).
+inline constexpr int64_t kOneDnnMaxWeightGradChannels = 32;
+// Taps from which the direct kernel beats the GEMM on a one-channel input (it wins at 5x5 and
+// loses at 3x3, where the GEMM's output writes, not its multiplies, set the pace).
+inline constexpr int64_t kDirectMinTaps = 16;
 
 const char* conv_path_name(ConvPath path);
 // The path a pass takes: x [N, C, H, W], weight [O, C / groups, kH, kW], y [N, O, Ho, Wo] (the
-// shapes of the forward convolution whatever the pass). An EMBER_CONV_PATH value other than gemm
-// or onednn is an ember::Error naming it.
+// shapes of the forward convolution whatever the pass). An EMBER_CONV_PATH value other than gemm,
+// onednn or direct is an ember::Error naming it.
 ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y,
                        const native::Conv2dParams& params, bool has_bias);
-// Forces one path wherever oneDNN supports the case (tests, benchmarks); std::nullopt restores
-// the automatic choice.
+// Forces one path wherever it supports the case, the GEMM elsewhere (tests, benchmarks);
+// std::nullopt restores the automatic choice.
 void set_conv_path(std::optional<ConvPath> path);
 
 }  // namespace ember::cpu

@@ -2,7 +2,8 @@
 // table of geometries (stride, padding numeric and "same"/"valid", dilation, groups,
 // depthwise, bias, unbatched, non-contiguous, size-1 dims, 1x1 convolutions that skip im2col),
 // in every float dtype; gradients against the reference's in f32 with one and two threads;
-// each CPU path (im2col + GEMM, oneDNN's blocked kernels) forced, and the automatic choice;
+// each CPU path (im2col + GEMM, oneDNN's blocked kernels, the direct few-tap kernel) forced,
+// and the automatic choice;
 // gradcheck in f64; autocast; errors that name the op and the shapes.
 //
 // Tolerances follow tests/ops/test_linalg.cpp: each output is a k-term dot product (k =
@@ -226,7 +227,21 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"8 channels dilated", {2, 8, 9, 9}, {3, 8, 3, 2}, {1, 1}, {2, 1}, {2, 3}, 1, true});
   cases.push_back({"8 channels stride leaves rows", {2, 8, 8, 8}, {4, 8, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"8 channels groups 2", {2, 8, 6, 6}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true});
-  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn}) {
+  // Shapes the direct kernel takes (few taps, rows of at least 8 columns): channel blocks of 3
+  // with a remainder, rows whose last 8-column chunk overlaps the one before.
+  cases.push_back({"1 channel 3x3 same", {3, 1, 10, 12}, {5, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  cases.push_back({"1 channel 5x5 valid", {2, 1, 13, 16}, {6, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1, false});
+  cases.push_back({"1 channel dilated", {2, 1, 12, 13}, {4, 1, 3, 2}, {1, 1}, {2, 0}, {2, 3}, 1, true});
+  cases.push_back({"2 channels narrow rows", {2, 2, 6, 11}, {7, 2, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1, true});
+  cases.push_back({"1 channel asymmetric same", {2, 1, 9, 10}, {2, 1, 4, 4}, {1, 1}, {}, {1, 1}, 1, true, "same"});
+  // 1x1 convolutions the GEMM path gathers into the micro-kernel's panels: output channels past
+  // a multiple of 6, input channels past a multiple of 16, more output positions than one task
+  // or one block of the weight gradient holds, padding with stride, three images.
+  cases.push_back({"1x1 stride 2 wide", {3, 20, 44, 46}, {13, 20, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
+  cases.push_back({"1x1 stride 2 3 padded", {2, 17, 9, 10}, {7, 17, 1, 1}, {2, 3}, {1, 2}, {1, 1}, 1, true});
+  cases.push_back({"1x1 padded many channels", {2, 40, 5, 6}, {12, 40, 1, 1}, {1, 1}, {2, 1}, {1, 1}, 1, false});
+  cases.push_back({"1x1 stride 2 256 channels", {1, 256, 34, 34}, {7, 256, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
     ForcedConvPath forced(path);
     for (int threads : {1, 2}) {
       ThreadCount tc(threads);
@@ -239,24 +254,33 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   }
 }
 
-// Forward and input gradient run image by image on both paths, so the thread count changes no
-// bit of them (the weight gradient sums per-thread partials, so it may).
+// Forward and input gradient run image by image (or output block by output block) on every
+// path, so the thread count changes no bit of them (the weight gradient sums per-thread
+// partials, so it may): a 3x3 layer, a 1x1 stride-2 one (the GEMM path's gathered panels) and a
+// one-channel one (the direct kernel).
 TEST(Conv2d, ForwardAndInputGradientDoNotDependOnTheThreadCount) {
-  const Tensor x = random_tensor({7, 8, 13, 11}), w = random_tensor({5, 8, 3, 3}), b = random_tensor({5});
-  for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn}) {
-    SCOPED_TRACE(cpu::conv_path_name(path));
-    ForcedConvPath forced(path);
-    Tensor y[2], dx[2];
-    for (int threads : {1, 2}) {
-      ThreadCount tc(threads);
-      const Tensor xg = x.detach().requires_grad_();
-      y[threads - 1] = conv2d(xg, w, b, {1, 1}, {1, 1}, {1, 1}, 1);
-      y[threads - 1].sum().backward();
-      dx[threads - 1] = xg.grad();
+  struct Layer {
+    Shape input, weight, stride, padding;
+  };
+  const Layer layers[] = {{{7, 8, 13, 11}, {5, 8, 3, 3}, {1, 1}, {1, 1}},
+                          {{5, 20, 30, 29}, {13, 20, 1, 1}, {2, 2}, {0, 0}},
+                          {{5, 1, 12, 14}, {7, 1, 5, 5}, {1, 1}, {2, 2}}};
+  for (const Layer& l : layers)
+    for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
+      SCOPED_TRACE(std::string(cpu::conv_path_name(path)) + ", " + std::to_string(l.weight[1]) + " channels");
+      ForcedConvPath forced(path);
+      const Tensor x = random_tensor(l.input), w = random_tensor(l.weight), b = random_tensor({l.weight[0]});
+      Tensor y[2], dx[2];
+      for (int threads : {1, 2}) {
+        ThreadCount tc(threads);
+        const Tensor xg = x.detach().requires_grad_();
+        y[threads - 1] = conv2d(xg, w, b, l.stride, l.padding, {1, 1}, 1);
+        y[threads - 1].sum().backward();
+        dx[threads - 1] = xg.grad();
+      }
+      EXPECT_TRUE(all_close(y[1], y[0], 0, 0));
+      EXPECT_TRUE(all_close(dx[1], dx[0], 0, 0));
     }
-    EXPECT_TRUE(all_close(y[1], y[0], 0, 0));
-    EXPECT_TRUE(all_close(dx[1], dx[0], 0, 0));
-  }
 }
 
 TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
@@ -268,15 +292,29 @@ TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
   EXPECT_EQ(path(cpu::ConvPass::Forward, enough, true), cpu::ConvPath::OneDnn);
   EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, false), cpu::ConvPath::OneDnn);
   EXPECT_EQ(path(cpu::ConvPass::Forward, enough - 1, true), cpu::ConvPath::Gemm);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::Gemm);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::OneDnn);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, cpu::kOneDnnMaxWeightGradChannels + 1, false), cpu::ConvPath::Gemm);
   const native::Conv2dParams strided{{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1};
   EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 64, 14, 14}, {16, 64, 1, 1}, {8, 16, 7, 7}, strided, false),
             cpu::ConvPath::Gemm);
   // conv_transpose2d's bias on the input gradient: the GEMM path adds it.
   EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);
-  ForcedConvPath forced(cpu::ConvPath::OneDnn);
-  EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), cpu::ConvPath::Gemm);  // not supported there
+  // A one-channel 5x5 layer's forward runs the direct kernel, its gradients the GEMM.
+  const native::Conv2dParams valid{{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+  const Shape x1{8, 1, 28, 28}, w1{6, 1, 5, 5}, y1{8, 6, 24, 24};
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, x1, w1, y1, valid, true), cpu::ConvPath::Direct);
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardInput, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
+  {
+    ForcedConvPath forced(cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);  // not supported there
+  }
+  ForcedConvPath forced(cpu::ConvPath::Direct);
+  EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::Direct);
+  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, 1, false), cpu::ConvPath::Gemm);  // forward only
+  EXPECT_EQ(path(cpu::ConvPass::Forward, 64, false), cpu::ConvPath::Gemm);       // too many taps
 }
 
 TEST(Conv2d, GradcheckInF64) {
