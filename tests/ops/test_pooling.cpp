@@ -44,6 +44,10 @@ std::vector<PoolCase> pool_cases() {
       {{1, 2, 9, 8}, {{3}, {2}, {1}, {2, 1}, true}},
       {{2, 1, 1, 1}, {{1}, {1}, {0}, {1}, false}},
       {{1, 1, 5, 5}, {{3}, {3}, {1}, {1}, true}},
+      // 2x2 stride 2 in f32 takes a kernel of its own: full steps of 8 outputs, a partial last
+      // step, and odd sizes whose last row and column no window reads.
+      {{2, 3, 10, 38}, {{2}, {}, {0}, {1}, false}},
+      {{1, 2, 9, 33}, {{2}, {2}, {0}, {1}, false}},
   };
 }
 
@@ -144,6 +148,28 @@ TEST(MaxPool2d, Float32TiesMatchReference) {
   y.backward(g);
   EXPECT_TRUE(all_close(xt.grad(), ref::max_pool2d_backward(ref::from_tensor(xt), ref::from_tensor(g), o), 1e-6,
                         1e-6));
+}
+
+// The f32 2x2 stride-2 kernel under PyTorch's rules: ties go to the first maximum in row-major
+// window order, any NaN wins (the last one when there are several), a window of -inf reports its
+// first element; rows of 19 outputs cover its full and partial steps.
+TEST(MaxPool2d, TwoByTwoKernelFollowsTheTieAndNaNRules) {
+  std::vector<float> v = random_tensor({2, 3, 6, 38}, DType::f32).to_vector<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::round(v[i]);  // few distinct values: most windows hold ties
+    if (i % 37 == 5 || i % 53 == 0) v[i] = nan;
+    if (i % 29 == 3) v[i] = -inf;
+  }
+  for (size_t i : {0, 1, 38, 39}) v[i] = -inf;  // one window of -inf only
+  Tensor x = from_vector<float>(v, {2, 3, 6, 38}).requires_grad_();
+  const ref::PoolOptions o{{2}, {}, {0}, {1}, false};
+  Tensor y = max_pool(x, o);
+  EXPECT_TRUE(all_close(y, ref::max_pool2d(ref::from_tensor(x.detach()), o), 0, 0));
+  Tensor g = random_tensor(y.shape(), DType::f32);
+  y.backward(g);
+  EXPECT_TRUE(all_close(x.grad(), ref::max_pool2d_backward(ref::from_tensor(x.detach()), ref::from_tensor(g), o), 0,
+                        0));
 }
 
 TEST(AvgPool2d, ForwardAndBackwardMatchReference) {
