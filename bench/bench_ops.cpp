@@ -10,6 +10,10 @@
 //   BM_GroupNormFwdBwd      group_norm, 32 groups, of [16, 256, 256], forward then backward
 //   BM_RmsNormFwdBwd        rms_norm over 1024 of [2048, 1024], with weight, forward then backward
 //   BM_Gelu                 exact gelu over 4M elements                     read x, write y
+//   BM_GeluTanh             tanh-form gelu over 4M elements                 read x, write y
+//   BM_Dropout              dropout, p = 0.1, training, over 4M elements    read x, write y and
+//                           the one-byte keep mask
+//   BM_CastToBf16           f32 to bf16 conversion of 4M elements           read f32, write bf16
 //   BM_BroadcastAdd         [2048, 1024] + [1024]                           read both, write y
 //   BM_MaxPool2dFwdBwd      max_pool2d 2x2 of [128, 32, 28, 28], forward then backward
 //                           read x, write y and i64 indices; read dy and indices, write dx
@@ -106,14 +110,33 @@ void BM_RmsNormFwdBwd(benchmark::State& state) {
                    [&](const ember::Tensor& x) { return ember::rms_norm(x, {1024}, w); });
 }
 
-void BM_Gelu(benchmark::State& state) {
+// Times op over 4M f32 elements, counting bytes_per_element for each.
+template <typename Op>
+void over_4m_elements(benchmark::State& state, double bytes_per_element, const Op& op) {
   use_threads(state);
   const ember::Tensor x = ember::randn({4 << 20});
   for (auto _ : state) {
-    ember::Tensor y = ember::gelu(x);
+    ember::Tensor y = op(x);
     benchmark::DoNotOptimize(y.raw_data());
   }
-  count_bytes(state, 2.0 * double(x.numel()) * kF32);
+  count_bytes(state, bytes_per_element * double(x.numel()));
+}
+
+void BM_Gelu(benchmark::State& state) {
+  over_4m_elements(state, 2.0 * kF32, [](const ember::Tensor& x) { return ember::gelu(x); });
+}
+
+void BM_GeluTanh(benchmark::State& state) {
+  over_4m_elements(state, 2.0 * kF32, [](const ember::Tensor& x) { return ember::gelu(x, true); });
+}
+
+void BM_Dropout(benchmark::State& state) {
+  // x, y and the one-byte keep mask
+  over_4m_elements(state, 2.0 * kF32 + 1.0, [](const ember::Tensor& x) { return ember::dropout(x, 0.1, true); });
+}
+
+void BM_CastToBf16(benchmark::State& state) {
+  over_4m_elements(state, kF32 + 2.0, [](const ember::Tensor& x) { return x.to(ember::DType::bf16); });
 }
 
 void BM_BroadcastAdd(benchmark::State& state) {
@@ -164,6 +187,9 @@ BENCHMARK(BM_BatchNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_GroupNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_RmsNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_Gelu)->Apply(threads);
+BENCHMARK(BM_GeluTanh)->Apply(threads);
+BENCHMARK(BM_Dropout)->Apply(threads);
+BENCHMARK(BM_CastToBf16)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);
 BENCHMARK(BM_AdaptiveAvgPool2dFwdBwd)->Apply(threads);

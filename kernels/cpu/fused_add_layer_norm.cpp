@@ -121,14 +121,14 @@ void forward_float(const Tensor& y, const Tensor& h, const Tensor& mean, const T
 }
 
 // Adds the per-chunk partial sums (nchunks rows of cols) column by column, chunks in order.
-template <typename A>
-void finish_partials(const double* part, int64_t nchunks, int64_t cols, const Tensor& out) {
+template <typename A, typename P>
+void finish_partials(const P* part, int64_t nchunks, int64_t cols, const Tensor& out) {
   if (!out.defined()) return;
   A* o = out.data_ptr<A>();
   parallel_for(0, cols, 256, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       double s = 0;
-      for (int64_t c = 0; c < nchunks; ++c) s += part[size_t(c * cols + j)];
+      for (int64_t c = 0; c < nchunks; ++c) s += double(part[size_t(c * cols + j)]);
       o[j] = A(s);
     }
   });
@@ -140,15 +140,17 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
   const int64_t rows = h.shape()[0], cols = h.shape()[1];
   const int64_t nchunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   // per-chunk partial sums in this thread's scratch slots 0-2 (the chunks use slots 3-6)
-  auto partial = [&](const Tensor& t, int slot) -> double* {
-    if (!t.defined()) return nullptr;
-    double* p = cpu::thread_scratch<double>(slot, size_t(nchunks * cols));
-    std::fill(p, p + nchunks * cols, 0.0);
+  // (dweight and dbias in float: a chunk is only kRowsPerChunk rows, and the chunks add in double)
+  auto partial = [&](const Tensor& t, int slot, auto zero) {
+    using P = decltype(zero);
+    if (!t.defined()) return static_cast<P*>(nullptr);
+    P* p = cpu::thread_scratch<P>(slot, size_t(nchunks * cols));
+    std::fill(p, p + nchunks * cols, zero);
     return p;
   };
-  double* dw_part = partial(dw, 0);
-  double* db_part = partial(db, 1);
-  double* dxb_part = partial(dxb, 2);
+  float* dw_part = partial(dw, 0, 0.0f);
+  float* db_part = partial(db, 1, 0.0f);
+  double* dxb_part = partial(dxb, 2, 0.0);
   const float* w = weight.defined() ? weight.data_ptr<float>() : nullptr;
   const float* hp = h.data_ptr<float>();
   const float* mp = mean.data_ptr<float>();
@@ -162,8 +164,8 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
     float* scratch = cpu::thread_scratch<float>(5, 2 * n);
     float* dxr = cpu::thread_scratch<float>(6, n);
     for (int64_t c = c0; c < c1; ++c) {
-      double* dwc = dw_part ? dw_part + c * cols : nullptr;
-      double* dbc = db_part ? db_part + c * cols : nullptr;
+      float* dwc = dw_part ? dw_part + c * cols : nullptr;
+      float* dbc = db_part ? db_part + c * cols : nullptr;
       double* dxbc = dxb_part ? dxb_part + c * cols : nullptr;
       for (int64_t r = c * kRowsPerChunk; r < std::min(rows, (c + 1) * kRowsPerChunk); ++r) {
         // f32 rows are read and written in place, other dtypes through the row buffers

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "kernels/cpu/vec8.h"  // EMBER_LANES_INLINE only: no lane code of it is used here
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
 // maybe-uninitialized.
@@ -29,27 +30,25 @@ constexpr int64_t kWidth = 16;
 inline __m512 raw(Lanes v) { return __builtin_bit_cast(__m512, v); }
 inline Lanes lanes(__m512 v) { return __builtin_bit_cast(Lanes, v); }
 
-inline Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm512_fmadd_ps(raw(a), raw(b), raw(c))); }
+EMBER_LANES_INLINE Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm512_fmadd_ps(raw(a), raw(b), raw(c))); }
 
-// e^x as vec8::exp8: 2^n e^r, n = round(x / ln 2), |r| <= ln2 / 2, a degree-6 polynomial for e^r;
-// below -87.3 exactly 0, NaN stays NaN.
-inline Lanes exp_lanes(Lanes x_in) {
-  const Lanes lo = Lanes{} - 87.3f, hi = Lanes{} + 88.0f;
-  Lanes x = x_in < lo ? lo : x_in;
-  x = x > hi ? hi : x;
+// e^x as vec8::exp8, step for step (the same clamps, reduction, polynomial and 2^n), so both
+// widths round identically. _mm512_max_ps / min_ps return their second operand for NaN, as the
+// 8-lane ones do.
+EMBER_LANES_INLINE Lanes exp_lanes(Lanes x_in) {
+  const Lanes x = lanes(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-88.0f), raw(x_in))));
   const Lanes shifted = x * 1.44269504088896341f + 12582912.0f;
   const Lanes n = shifted - 12582912.0f;
   Lanes r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  Lanes p = Lanes{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const Lanes er = p * r * r + r + 1.0f;
-  const ULanes pow2 = (__builtin_bit_cast(ULanes, shifted) - 0x4B400000u + 127u) << 23;
-  return x_in < lo ? Lanes{} : er * __builtin_bit_cast(Lanes, pow2);
+  // P(r) = (0.5 + c3 r) + r^2 ((c4 + c5 r) + c6 r^2): a shorter chain of dependent steps than
+  // Horner's, which is what limits a loop of these (not the count of instructions)
+  const Lanes r2 = r * r;
+  const Lanes lo = r * 1.666657776e-1f + 0.5f;
+  const Lanes hi = r2 * 1.392617589e-3f + (r * 8.363173343e-3f + 4.166655615e-2f);
+  const Lanes er = (r2 * hi + lo) * r2 + r + 1.0f;
+  const ULanes pow2 = (__builtin_bit_cast(ULanes, shifted) << 23) + (127u << 23);
+  return er * __builtin_bit_cast(Lanes, pow2);
 }
 
 #include "kernels/cpu/gelu_lanes.inc"

@@ -17,7 +17,7 @@ using Lanes = f8;
 using ULanes = u8;
 
 // a * b + c rounded once.
-inline f8 fma_lanes(f8 a, f8 b, f8 c) {
+EMBER_LANES_INLINE f8 fma_lanes(f8 a, f8 b, f8 c) {
 #if defined(__FMA__)
   return std::bit_cast<f8>(
       _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
@@ -28,13 +28,13 @@ inline f8 fma_lanes(f8 a, f8 b, f8 c) {
 #endif
 }
 
-inline f8 exp_lanes(f8 x) { return exp8(x); }
+EMBER_LANES_INLINE f8 exp_lanes(f8 x) { return exp8(x); }
 
 #include "kernels/cpu/gelu_lanes.inc"
 
-inline f8 gelu8(f8 x) { return gelu_lanes(x); }
-inline f8 gelu_grad8(f8 x) { return gelu_grad_lanes(x); }
-inline f8 gelu_tanh8(f8 x) { return gelu_tanh_lanes(x); }
-inline f8 gelu_tanh_grad8(f8 x) { return gelu_tanh_grad_lanes(x); }
+EMBER_LANES_INLINE f8 gelu8(f8 x) { return gelu_lanes(x); }
+EMBER_LANES_INLINE f8 gelu_grad8(f8 x) { return gelu_grad_lanes(x); }
+EMBER_LANES_INLINE f8 gelu_tanh8(f8 x) { return gelu_tanh_lanes(x); }
+EMBER_LANES_INLINE f8 gelu_tanh_grad8(f8 x) { return gelu_tanh_grad_lanes(x); }
 
 }  // namespace ember::cpu::vec8

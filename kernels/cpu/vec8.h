@@ -6,6 +6,15 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+// Forces a lane helper into its caller: GCC's size heuristics otherwise keep the bigger ones
+// (exp, the GELU formulas) out of line once they have many callers, and a call passes every
+// vector through memory, which cost the exact GELU half its time.
+#define EMBER_LANES_INLINE [[gnu::always_inline]] inline
+
 namespace ember::cpu::vec8 {
 
 using f8 = float __attribute__((vector_size(32)));
@@ -13,12 +22,12 @@ using u8 = uint32_t __attribute__((vector_size(32)));
 using i8 = int32_t __attribute__((vector_size(32)));
 constexpr int64_t kLanes = 8;
 
-inline f8 load8(const float* p) {
+EMBER_LANES_INLINE f8 load8(const float* p) {
   f8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+EMBER_LANES_INLINE void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
 // The last n < 8 elements, padded with `fill`.
 inline f8 load_tail(const float* p, int64_t n, float fill) {
   float buf[kLanes];
@@ -28,32 +37,65 @@ inline f8 load_tail(const float* p, int64_t n, float fill) {
 inline void store_tail(float* p, f8 v, int64_t n) {
   for (int64_t k = 0; k < n; ++k) p[k] = v[k];
 }
-inline double hsum(f8 v) {
-  double s = 0;
-  for (int k = 0; k < kLanes; ++k) s += double(v[k]);
-  return s;
+// The lanes' sum in double, added as a tree: a row's reductions wait on this, so its latency
+// (not its few instructions) is what a short row pays.
+EMBER_LANES_INLINE double hsum(f8 v) {
+  using d4 = double __attribute__((vector_size(32)));
+  const d4 lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), d4);
+  const d4 hi = __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), d4);
+  const d4 s = lo + hi;
+  return (s[0] + s[2]) + (s[1] + s[3]);
+}
+// The largest lane, of lanes that hold no NaN.
+EMBER_LANES_INLINE float hmax(f8 v) {
+  const f8 a = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  const f8 m1 = a > v ? a : v;
+  const f8 b = __builtin_shufflevector(m1, m1, 2, 3, 0, 1, 6, 7, 4, 5);
+  const f8 m2 = b > m1 ? b : m1;
+  const f8 c = __builtin_shufflevector(m2, m2, 1, 0, 3, 2, 5, 4, 7, 6);
+  const f8 m3 = c > m2 ? c : m2;
+  return m3[0];
 }
 
-// exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with a degree-6 polynomial for
-// exp(r): about 1 ulp. Inputs below -87.3 give exactly 0 (so exp(-inf) = 0); NaN stays NaN.
-inline f8 exp8(f8 x_in) {
-  const f8 lo = f8{} - 87.3f, hi = f8{} + 88.0f;
-  f8 x = x_in < lo ? lo : x_in;
-  x = x > hi ? hi : x;
+// max(lo, x) and min(hi, x) as the max/min instructions take them: a NaN x comes back as is.
+EMBER_LANES_INLINE f8 max_keep_nan(float lo, f8 x) {
+#if defined(__AVX__)
+  return std::bit_cast<f8>(_mm256_max_ps(_mm256_set1_ps(lo), std::bit_cast<__m256>(x)));
+#else
+  return x < lo ? f8{} + lo : x;
+#endif
+}
+EMBER_LANES_INLINE f8 min_keep_nan(float hi, f8 x) {
+#if defined(__AVX__)
+  return std::bit_cast<f8>(_mm256_min_ps(_mm256_set1_ps(hi), std::bit_cast<__m256>(x)));
+#else
+  return x > hi ? f8{} + hi : x;
+#endif
+}
+
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, exp(r) = 1 + r + r^2 P(r) with P of
+// degree 4 interpolating (e^r - 1 - r) / r^2 at Chebyshev nodes (0.16 ulp from exp(r) before
+// rounding): within 1.5 ulp of exp in all (tests/ops/test_lane_math.cpp sweeps it), in 16 vector
+// instructions, 10 of them multiplies or FMAs. x is clamped to [-88, 88] first; n = -127 then
+// has 2^n's bits all zero, so x <= -87.68 (and -inf) gives exactly 0 with no compare at the end,
+// and NaN stays NaN (the clamps keep it). kernels/cpu/gelu_avx512.cpp repeats these steps on 16
+// lanes and must round identically.
+EMBER_LANES_INLINE f8 exp8(f8 x_in) {
+  const f8 x = min_keep_nan(88.0f, max_keep_nan(-88.0f, x_in));
   // adding 1.5 * 2^23 rounds to an integer, which then sits in the low mantissa bits
   const f8 shifted = x * 1.44269504088896341f + 12582912.0f;
   const f8 n = shifted - 12582912.0f;
   f8 r = x - n * 0.693359375f;  // ln 2 in two parts, so the reduction is exact
   r = r - n * -2.12194440e-4f;
-  f8 p = f8{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const f8 er = p * r * r + r + 1.0f;
-  const u8 pow2 = (std::bit_cast<u8>(shifted) - 0x4B400000u + 127u) << 23;
-  return x_in < lo ? f8{} : er * std::bit_cast<f8>(pow2);
+  // P(r) = (0.5 + c3 r) + r^2 ((c4 + c5 r) + c6 r^2): a shorter chain of dependent steps than
+  // Horner's, which is what limits a loop of these (not the count of instructions)
+  const f8 r2 = r * r;
+  const f8 lo = r * 1.666657776e-1f + 0.5f;
+  const f8 hi = r2 * 1.392617589e-3f + (r * 8.363173343e-3f + 4.166655615e-2f);
+  const f8 er = (r2 * hi + lo) * r2 + r + 1.0f;
+  // (n + 127) << 23: the low bits of `shifted` hold n, and 1.5 * 2^23's own bits shift out
+  const u8 pow2 = (std::bit_cast<u8>(shifted) << 23) + (127u << 23);
+  return er * std::bit_cast<f8>(pow2);
 }
 
 }  // namespace ember::cpu::vec8
