@@ -3,6 +3,8 @@
 // memory/cache bandwidth. Times are wall-clock; each op runs at 1 and 2 threads.
 //
 //   BM_Softmax              softmax over the last dim of [64, 128, 128]     read x, write y
+//   BM_ScaledMaskedSoftmax  attention scores: softmax(x / 8 + mask) over the last dim of
+//                           [16, 4, 128, 128] with a [16, 1, 1, 128] padding mask    read x, write y
 //   BM_LayerNormFwdBwd      layer_norm over 256 of [2048, 256], with weight and bias, forward
 //                           then backward    read x, write y; read dy (and x), write dx
 //   BM_BatchNormFwdBwd      batch_norm in training of [128, 64, 14, 14], with weight, bias and
@@ -46,6 +48,18 @@ void BM_Softmax(benchmark::State& state) {
   const ember::Tensor x = ember::randn({64, 128, 128});
   for (auto _ : state) {
     ember::Tensor y = ember::softmax(x, -1);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  count_bytes(state, 2.0 * double(x.numel()) * kF32);
+}
+
+void BM_ScaledMaskedSoftmax(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({16, 4, 128, 128});
+  ember::Tensor mask = ember::zeros({16, 1, 1, 128});
+  mask.narrow(3, 100, 28).fill_(-1e4);  // padded tail of every sequence
+  for (auto _ : state) {
+    ember::Tensor y = ember::scaled_masked_softmax(x, mask, 0.125);
     benchmark::DoNotOptimize(y.raw_data());
   }
   count_bytes(state, 2.0 * double(x.numel()) * kF32);
@@ -182,6 +196,7 @@ void threads(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_Softmax)->Apply(threads);
+BENCHMARK(BM_ScaledMaskedSoftmax)->Apply(threads);
 BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_BatchNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_GroupNormFwdBwd)->Apply(threads);
