@@ -1,10 +1,6 @@
 #include "kernels/cpu/convolution_path.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <string>
-
-#include "core/error.h"
+#include "core/forced_choice.h"
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_direct.h"
 #include "kernels/cpu/convolution_onednn.h"
@@ -12,20 +8,9 @@
 namespace ember::cpu {
 namespace {
 
-ConvPath parse_path(const std::string& v) {
-  if (v == "gemm") return ConvPath::Gemm;
-  if (v == "onednn") return ConvPath::OneDnn;
-  if (v == "direct") return ConvPath::Direct;
-  EMBER_FAIL("EMBER_CONV_PATH: expected gemm, onednn or direct, got '", v, "'");
-}
-
-constexpr int kAutomatic = -1;
-
-std::atomic<int>& forced_path() {
-  static std::atomic<int> forced{[] {
-    const char* env = std::getenv("EMBER_CONV_PATH");
-    return env == nullptr || *env == '\0' ? kAutomatic : static_cast<int>(parse_path(env));
-  }()};
+ForcedChoice<ConvPath>& forced_path() {
+  static ForcedChoice<ConvPath> forced(
+      "EMBER_CONV_PATH", {{"gemm", ConvPath::Gemm}, {"onednn", ConvPath::OneDnn}, {"direct", ConvPath::Direct}});
   return forced;
 }
 
@@ -36,17 +21,18 @@ const char* conv_path_name(ConvPath path) {
 }
 
 void set_conv_path(std::optional<ConvPath> path) {
-  forced_path().store(path ? static_cast<int>(*path) : kAutomatic, std::memory_order_relaxed);
+  forced_path().set(path);
 }
 
 ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y,
                        const native::Conv2dParams& params, bool has_bias) {
   const bool direct = pass == ConvPass::Forward && direct_conv_applies(x, weight, y, params);
   const bool onednn = onednn_conv_supports(pass, x, weight, y, params, has_bias);
-  const int forced = forced_path().load(std::memory_order_relaxed);
-  if (forced == static_cast<int>(ConvPath::Direct)) return direct ? ConvPath::Direct : ConvPath::Gemm;
-  if (forced == static_cast<int>(ConvPath::OneDnn)) return onednn ? ConvPath::OneDnn : ConvPath::Gemm;
-  if (forced == static_cast<int>(ConvPath::Gemm)) return ConvPath::Gemm;
+  if (const auto forced = forced_path().get()) {
+    if (*forced == ConvPath::Direct) return direct ? ConvPath::Direct : ConvPath::Gemm;
+    if (*forced == ConvPath::OneDnn) return onednn ? ConvPath::OneDnn : ConvPath::Gemm;
+    return ConvPath::Gemm;
+  }
   if (direct && weight[1] == 1 && weight[2] * weight[3] >= kDirectMinTaps) return ConvPath::Direct;
   // A batch smaller than the pool would leave threads idle (the batch is what is split); a 1x1
   // kernel does too little work per element for the reorders to pay.

@@ -12,6 +12,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/forced_choice.h"
 #include "core/parallel.h"
 #include "kernels/cpu/gemm_bands.h"
 #include "kernels/cpu/gemm_f32_path.h"
@@ -115,19 +116,8 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, do
 
 namespace {
 
-F32GemmPath parse_f32_path(const std::string& v) {
-  if (v == "onednn") return F32GemmPath::OneDnn;
-  if (v == "packed") return F32GemmPath::Packed;
-  EMBER_FAIL("EMBER_F32_GEMM: expected onednn or packed, got '", v, "'");
-}
-
-constexpr int kAutomaticF32 = -1;
-
-std::atomic<int>& forced_f32_path() {
-  static std::atomic<int> forced{[] {
-    const char* env = std::getenv("EMBER_F32_GEMM");
-    return env == nullptr || *env == '\0' ? kAutomaticF32 : static_cast<int>(parse_f32_path(env));
-  }()};
+ForcedChoice<F32GemmPath>& forced_f32_path() {
+  static ForcedChoice<F32GemmPath> forced("EMBER_F32_GEMM", {{"onednn", F32GemmPath::OneDnn}, {"packed", F32GemmPath::Packed}});
   return forced;
 }
 
@@ -136,12 +126,11 @@ std::atomic<int>& forced_f32_path() {
 const char* f32_gemm_path_name(F32GemmPath path) { return path == F32GemmPath::Packed ? "packed" : "onednn"; }
 
 void set_f32_gemm_path(std::optional<F32GemmPath> path) {
-  forced_f32_path().store(path ? static_cast<int>(*path) : kAutomaticF32, std::memory_order_relaxed);
+  forced_f32_path().set(path);
 }
 
 F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k) {
-  const int forced = forced_f32_path().load(std::memory_order_relaxed);
-  if (forced != kAutomaticF32) return static_cast<F32GemmPath>(forced);
+  if (const auto forced = forced_f32_path().get()) return *forced;
   // The AVX-512 micro-kernel has not been measured against oneDNN's AVX-512 sgemm yet.
   if (packed_kernel_for_this_cpu() != PackedKernel::Avx2) return F32GemmPath::OneDnn;
   return double(m) * double(n) * double(k) < kPackedMinWork ? F32GemmPath::OneDnn : F32GemmPath::Packed;

@@ -64,6 +64,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/forced_choice.h"
 #include "core/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -237,20 +238,10 @@ void onednn_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 // ---- path selection
 
-constexpr int kAutomatic = -1;
-
-Bf16GemmPath parse_path(const std::string& v) {
-  if (v == "onednn") return Bf16GemmPath::OneDnn;
-  if (v == "avx512bf16") return Bf16GemmPath::Avx512Bf16;
-  if (v == "widened") return Bf16GemmPath::Widened;
-  EMBER_FAIL("EMBER_BF16_GEMM: expected onednn, avx512bf16 or widened, got '", v, "'");
-}
-
-std::atomic<int>& forced_path() {
-  static std::atomic<int> forced{[] {
-    const char* env = std::getenv("EMBER_BF16_GEMM");
-    return env == nullptr || *env == '\0' ? kAutomatic : static_cast<int>(parse_path(env));
-  }()};
+ForcedChoice<Bf16GemmPath>& forced_path() {
+  static ForcedChoice<Bf16GemmPath> forced("EMBER_BF16_GEMM", {{"onednn", Bf16GemmPath::OneDnn},
+                                                                {"avx512bf16", Bf16GemmPath::Avx512Bf16},
+                                                                {"widened", Bf16GemmPath::Widened}});
   return forced;
 }
 
@@ -313,9 +304,9 @@ bool bf16_gemm_path_available(Bf16GemmPath path) {
 }
 
 Bf16GemmPath bf16_gemm_path() {
-  const int forced = forced_path().load(std::memory_order_relaxed);
-  if (forced == kAutomatic) return automatic_path();
-  const auto path = static_cast<Bf16GemmPath>(forced);
+  const std::optional<Bf16GemmPath> forced = forced_path().get();
+  if (!forced) return automatic_path();
+  const Bf16GemmPath path = *forced;
   EMBER_CHECK(bf16_gemm_path_available(path), "gemm: the ", bf16_gemm_path_name(path),
               " bf16 GEMM was forced (EMBER_BF16_GEMM or set_bf16_gemm_path) but this CPU at capability ",
               cpu_capability_name(cpu_capability()), " cannot run it");
@@ -326,7 +317,7 @@ void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
   if (path)
     EMBER_CHECK(bf16_gemm_path_available(*path), "set_bf16_gemm_path: this CPU at capability ",
                 cpu_capability_name(cpu_capability()), " cannot run the ", bf16_gemm_path_name(*path), " bf16 GEMM");
-  forced_path().store(path ? static_cast<int>(*path) : kAutomatic, std::memory_order_relaxed);
+  forced_path().set(path);
 }
 
 std::string onednn_cpu_isa_name() {

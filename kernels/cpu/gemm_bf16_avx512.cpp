@@ -39,6 +39,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 
 // AVX-512 code, reached only after a run-time check (see gemm_bf16.cpp); everything below
 // is compiled for it and nothing here is inline in a header another file could pick up.
@@ -65,22 +66,8 @@ enum class ScratchRole { kPackedB, kPackedA, kStaging };
 // Per-thread, 64-byte aligned, grown as needed; one per role so the roles never alias.
 template <ScratchRole Role>
 void* scratch(size_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    std::free(buffer.data);
-    buffer.data = nullptr;
-    buffer.size = 0;
-    const size_t size = (bytes + 63) / 64 * 64;
-    buffer.data = std::aligned_alloc(64, size);
-    EMBER_CHECK(buffer.data != nullptr, "gemm: cannot allocate ", size, " bytes of bf16 GEMM scratch memory");
-    buffer.size = size;
-  }
-  return buffer.data;
+  thread_local AlignedBuffer buffer;
+  return buffer.get(bytes, "bf16 gemm");
 }
 
 // ---- vector utilities

@@ -63,6 +63,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/gemm_bands.h"
 
 namespace ember::cpu {
@@ -121,30 +122,16 @@ int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // ---- per-thread memory
 
-// A 64-byte aligned float buffer that only grows (its contents do not survive growing).
+// Packed panels and the bf16 staging block; grown blocks are zeroed because staging pads are
+// read (and ignored) before they are written.
 class GrowableBuffer {
  public:
-  GrowableBuffer() = default;
-  GrowableBuffer(const GrowableBuffer&) = delete;
-  GrowableBuffer& operator=(const GrowableBuffer&) = delete;
-  ~GrowableBuffer() { std::free(data_); }
-
   float* get(int64_t floats) {
-    const size_t bytes = size_t(floats) * sizeof(float);
-    if (bytes > size_) {
-      std::free(data_);
-      data_ = nullptr;
-      size_ = (bytes + 4095) / 4096 * 4096;
-      data_ = static_cast<float*>(std::aligned_alloc(64, size_));
-      EMBER_CHECK(data_ != nullptr, "packed_gemm: cannot allocate ", size_, " bytes of packing memory");
-      std::memset(data_, 0, size_);  // staging pads are read (and ignored) before written
-    }
-    return data_;
+    return static_cast<float*>(block_.get(size_t(floats) * sizeof(float), "packed_gemm", /*zero_when_grown=*/true));
   }
 
  private:
-  float* data_ = nullptr;
-  size_t size_ = 0;
+  AlignedBuffer block_;
 };
 
 struct ThreadBuffers {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 
 namespace ember::cpu {
 
@@ -21,19 +22,8 @@ dnnl::stream& onednn_thread_stream() {
 }
 
 void* onednn_thread_scratchpad(size_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    std::free(buffer.data);
-    buffer.size = (bytes + 63) / 64 * 64;
-    buffer.data = std::aligned_alloc(64, buffer.size);
-    EMBER_CHECK(buffer.data != nullptr, "oneDNN: cannot allocate ", buffer.size, " bytes of primitive scratch memory");
-  }
-  return buffer.data;
+  thread_local AlignedBuffer buffer;
+  return buffer.get(bytes, "oneDNN primitive scratchpad");
 }
 
 OmpThreads::OmpThreads(int threads) : previous_(omp_get_max_threads()), threads_(threads) {
