@@ -2,6 +2,7 @@
 // kernels (core/native/normalization.h) rather than chains of generic ops.
 #include "autograd/node.h"
 #include "core/autocast.h"
+#include "core/factory.h"
 #include "core/native/copy.h"
 #include "core/native/normalization.h"
 #include "core/ops.h"
@@ -74,31 +75,50 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
                   const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum, double eps) {
   const Tensor x = autocast::to_f32(input_in), weight = autocast::to_f32(weight_in), bias = autocast::to_f32(bias_in);
   native::check_batch_norm_args(x, running_mean, running_var, weight, bias, training);
+  const bool needs_grad = autograd::needs_grad({x, weight, bias});
+  // the device's library (cuDNN) when it takes the problem, else the pieces
+  native::BatchNormLibraryForward lib =
+      native::batch_norm_library_forward(x, weight, bias, running_mean, running_var, training, momentum, eps);
   native::BatchNormMeanInvstd st;
-  Tensor count;
-  if (training) {
+  Tensor y, count;
+  if (lib.done) {
+    y = lib.y;
+    if (training) st = {lib.mean, lib.invstd};
+  } else if (training) {
     const native::BatchNormStats sums = native::batch_norm_stats(x);
     // an empty batch has no statistics to move the running ones towards
     const bool update = x.numel() > 0;
     st = native::batch_norm_gather_stats(sums, x.dtype(), update ? running_mean : Tensor(),
                                          update ? running_var : Tensor(), momentum, eps);
     count = sums.count;
-  } else {
+  }
+  if (!training && (!lib.done || needs_grad)) {
     st = native::batch_norm_fixed_stats(running_mean, running_var, x.dtype(), eps);
     st.mean = native::clone(st.mean);  // the running mean may change in place before backward
   }
-  Tensor y = native::batch_norm_elemt(x, st.mean, st.invstd, weight, bias);
-  if (autograd::needs_grad({x, weight, bias})) {
+  if (!lib.done) y = native::batch_norm_elemt(x, st.mean, st.invstd, weight, bias);
+  if (needs_grad) {
     const AffineNormSaved sv = save_affine_norm(x, weight, bias);
     Tensor mean = st.mean, invstd = st.invstd;
+    const bool library_grads = lib.done && training;
+    const int64_t values_per_channel = lib.done ? x.numel() / x.shape()[1] : 0;  // the library takes no empty input
     autograd::record("BatchNormBackward", {x, weight, bias}, {y}, [=](const Tensors& g) -> Tensors {
       const Tensor xv = sv.x.unpack(), wv = sv.weight.unpack();
+      if (library_grads) {
+        native::BatchNormLibraryGrads d = native::batch_norm_library_backward(
+            g[0], xv, wv, sv.bias.unpack(), mean, invstd, eps, sv.need_dw, sv.need_db);
+        if (d.done) return {sv.need_dx ? d.dx : Tensor(), d.dweight, d.dbias};
+      }
+      // the library's mean and invstd are the pieces' too; only the count is to be made
+      const Tensor n = count.defined() || !training
+                           ? count
+                           : full({1}, double(values_per_channel), {DType::f64, xv.device()});
       native::BatchNormReduced r;
       if (training || sv.need_dw || sv.need_db)
         r = native::batch_norm_backward_reduce(g[0], xv, mean, invstd, wv, sv.bias.unpack(), sv.need_dw, sv.need_db);
       Tensor dx;
       if (sv.need_dx)
-        dx = training ? native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, r.sum_dy, r.sum_dy_xmu, count)
+        dx = training ? native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, r.sum_dy, r.sum_dy_xmu, n)
                       : native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, Tensor(), Tensor(), Tensor());
       return {dx, r.dweight, r.dbias};
     });

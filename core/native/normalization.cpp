@@ -16,6 +16,8 @@ EMBER_DEFINE_STUB(batch_norm_gather_stub);
 EMBER_DEFINE_STUB(batch_norm_elemt_stub);
 EMBER_DEFINE_STUB(batch_norm_backward_reduce_stub);
 EMBER_DEFINE_STUB(batch_norm_backward_elemt_stub);
+EMBER_DEFINE_STUB(batch_norm_library_forward_stub);
+EMBER_DEFINE_STUB(batch_norm_library_backward_stub);
 EMBER_DEFINE_STUB(group_norm_stub);
 EMBER_DEFINE_STUB(group_norm_backward_stub);
 EMBER_DEFINE_STUB(rms_norm_stub);
@@ -318,6 +320,75 @@ BatchNormMeanInvstd batch_norm_fixed_stats(const Tensor& running_mean, const Ten
   const DType sd = stats_dtype(x_dtype);
   return {as_stats(running_mean, sd),
           to_dtype(unary(UnaryOp::Rsqrt, binary(BinaryOp::Add, to_dtype(running_var, sd), eps)), sd)};
+}
+
+// ---- batch norm through a library
+
+namespace {
+
+// The stub's kernel for `d`, or null where none is registered (no error: the pieces serve).
+template <typename Fn>
+Fn optional_kernel(const DispatchStub<Fn>& stub, Device d) {
+  return d.is_cpu() ? stub.cpu : stub.cuda;
+}
+
+// weight or bias as the library takes it: contiguous f32 [C], `fill` where undefined.
+Tensor library_param(const Tensor& p, const char* what, const Tensor& x, int64_t channels, double fill) {
+  if (p.defined()) return affine_param(p, what, x, {channels}, DType::f32, "batch_norm", "channels");
+  Tensor t = make_tensor({channels}, DType::f32, x.device());
+  fill_(t, fill);
+  return t;
+}
+
+}  // namespace
+
+BatchNormLibraryForward batch_norm_library_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                                   const Tensor& running_mean, const Tensor& running_var,
+                                                   bool training, double momentum, double eps) {
+  const auto kernel = optional_kernel(batch_norm_library_forward_stub, input.device());
+  // the library computes the [C] tensors in f32: f64 input keeps to the pieces
+  if (kernel == nullptr || input.numel() == 0 || stats_dtype(input.dtype()) != DType::f32) return {};
+  const ChannelGeometry g = channel_geometry(input, "batch_norm");
+  const Tensor x = contiguous(input);
+  const Tensor w = library_param(weight, "weight", x, g.c, 1.0), b = library_param(bias, "bias", x, g.c, 0.0);
+  // the library updates f32 statistics in place; others are updated through a copy
+  const Tensor rm = as_stats(running_mean, DType::f32), rv = as_stats(running_var, DType::f32);
+  BatchNormLibraryForward r;
+  r.y = make_tensor(x.shape(), x.dtype(), x.device());
+  if (training) {
+    r.mean = make_tensor({g.c}, DType::f32, x.device());
+    r.invstd = make_tensor({g.c}, DType::f32, x.device());
+  }
+  if (!kernel(r.y, r.mean, r.invstd, x, w, b, rm, rv, g, training, momentum, eps)) return {};
+  if (training && rm.defined() && !rm.is_same(running_mean)) copy_(running_mean, rm);
+  if (training && rv.defined() && !rv.is_same(running_var)) copy_(running_var, rv);
+  r.done = true;
+  return r;
+}
+
+BatchNormLibraryGrads batch_norm_library_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                                                  const Tensor& bias, const Tensor& mean, const Tensor& invstd,
+                                                  double eps, bool need_dweight, bool need_dbias) {
+  const char* op = "batch_norm_backward";
+  const auto kernel = optional_kernel(batch_norm_library_backward_stub, input.device());
+  if (kernel == nullptr || input.numel() == 0 || stats_dtype(input.dtype()) != DType::f32) return {};
+  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", input.shape());
+  const ChannelGeometry g = channel_geometry(input, op);
+  check_channel_vector(mean, "mean", input, g.c, op);
+  check_channel_vector(invstd, "invstd", input, g.c, op);
+  const Tensor x = contiguous(input);
+  const Tensor w = library_param(weight, "weight", x, g.c, 1.0);
+  BatchNormLibraryGrads r;
+  r.dx = make_tensor(x.shape(), x.dtype(), x.device());
+  Tensor dw = make_tensor({g.c}, DType::f32, x.device()), db = make_tensor({g.c}, DType::f32, x.device());
+  if (!kernel(r.dx, dw, db, contiguous(to_dtype(grad_out, x.dtype())), x, w, as_stats(mean, DType::f32),
+              as_stats(invstd, DType::f32), g, eps))
+    return {};
+  if (need_dweight && weight.defined()) r.dweight = to_dtype(dw, weight.dtype());
+  if (need_dbias && bias.defined()) r.dbias = to_dtype(db, bias.dtype());
+  r.done = true;
+  return r;
 }
 
 // ---- group norm

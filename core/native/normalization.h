@@ -69,6 +69,27 @@ EMBER_DECLARE_STUB(batch_norm_backward_elemt_stub,
                             const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                             const Tensor& sum_dy_xmu, const Tensor& count, const ChannelGeometry& g));
 
+// Batch norm in one library call: cuDNN's on CUDA (no CPU kernel: the pieces above serve
+// there). Each returns false, having written nothing, when the library does not take the problem
+// (dtype, sizes, eps, or the library switched off); the caller then runs the pieces. x, y, dy
+// and dx are contiguous [n, c, s] in x's dtype (f32, f16 or bf16); every [C] tensor is
+// contiguous f32, weight and bias always given (ones and zeros for a layer without affine).
+// Training: y from the batch statistics, save_mean and save_invstd = 1 / sqrt(biased variance +
+// eps), running_mean and running_var (or both undefined) moved towards the batch mean and the
+// unbiased variance with momentum. Evaluation: y from running_mean and running_var; save_mean and
+// save_invstd undefined.
+EMBER_DECLARE_STUB(batch_norm_library_forward_stub,
+                   bool (*)(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                            const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                            const Tensor& running_var, const ChannelGeometry& g, bool training, double momentum,
+                            double eps));
+// The training forward's gradients from its save_mean and save_invstd: dx, dweight and dbias
+// (all written), the eps the forward used.
+EMBER_DECLARE_STUB(batch_norm_library_backward_stub,
+                   bool (*)(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                            const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                            const Tensor& save_invstd, const ChannelGeometry& g, double eps));
+
 // Group norm of contiguous x viewed as [n, c, s] with `groups` groups of c / groups channels:
 // y in x's dtype, per-(sample, group) mean and rstd [n * groups] (stats dtype); weight and bias
 // [c] (stats dtype) or undefined.
@@ -166,6 +187,29 @@ void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, cons
 // Mean and invstd of fixed (running) statistics: running_mean and 1 / sqrt(running_var + eps).
 BatchNormMeanInvstd batch_norm_fixed_stats(const Tensor& running_mean, const Tensor& running_var, DType x_dtype,
                                            double eps);
+
+// batch_norm whole through the device's library (batch_norm_library_forward_stub) where it has
+// one that takes the problem; `done` false (nothing computed, running statistics untouched)
+// otherwise. Arguments as batch_norm's, already checked by check_batch_norm_args; running
+// statistics of any floating dtype are updated in place in training.
+struct BatchNormLibraryForward {
+  bool done = false;
+  Tensor y;
+  Tensor mean, invstd;  // training only: [C] f32, for batch_norm_library_backward
+};
+BatchNormLibraryForward batch_norm_library_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                                   const Tensor& running_mean, const Tensor& running_var,
+                                                   bool training, double momentum, double eps);
+// The gradients of a training batch_norm_library_forward from its mean and invstd; `done` false
+// when the library declines (the pieces then compute them from the same mean and invstd).
+// dweight / dbias in weight's / bias's dtype, when asked for and the parameter is defined.
+struct BatchNormLibraryGrads {
+  bool done = false;
+  Tensor dx, dweight, dbias;
+};
+BatchNormLibraryGrads batch_norm_library_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                                                  const Tensor& bias, const Tensor& mean, const Tensor& invstd,
+                                                  double eps, bool need_dweight, bool need_dbias);
 
 struct GroupNormResult {
   Tensor y;

@@ -124,7 +124,9 @@ bool EnvSwitch::get() {
   int state = state_.load();
   if (state < 0) {
     const char* value = std::getenv(env_);
-    const int from_env = (value != nullptr && std::strcmp(value, "1") == 0) ? 1 : 0;
+    int from_env = default_on_ ? 1 : 0;
+    if (value != nullptr && std::strcmp(value, "1") == 0) from_env = 1;
+    if (value != nullptr && std::strcmp(value, "0") == 0) from_env = 0;
     state_.compare_exchange_strong(state, from_env);  // a concurrent set() wins
     state = state_.load();
   }

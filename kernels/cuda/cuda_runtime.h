@@ -34,16 +34,18 @@ void set_current_stream(cudaStream_t stream);
 
 [[noreturn]] void raise_error(cudaError_t err, const char* call, const char* file, int line);
 
-// A process-wide on/off switch (TF32 products, cuDNN benchmarking): off unless the environment
-// variable `env` is "1" when first read; set() overrides the environment from then on.
+// A process-wide on/off switch (TF32 products, cuDNN benchmarking, cuDNN batch norm): the
+// environment variable `env` read once turns it on ("1") or off ("0"); unset or any other value
+// leaves it at `default_on`. set() overrides the environment from then on.
 class EnvSwitch {
  public:
-  explicit constexpr EnvSwitch(const char* env) : env_(env) {}
+  explicit constexpr EnvSwitch(const char* env, bool default_on = false) : env_(env), default_on_(default_on) {}
   bool get();
   void set(bool on) { state_.store(on ? 1 : 0); }
 
  private:
   const char* env_;
+  bool default_on_;
   std::atomic<int> state_{-1};  // -1: not yet read from the environment
 };
 
