@@ -169,7 +169,10 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
   const double scale = 1.0 / std::sqrt(double(d));
   const double p = training ? dropout_p : 0.0;
   const bool kernel_dtype = qkv.dtype() == DType::f32 || qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f64;
-  if (!native::fused_attention_on(qkv.device(), d) || !kernel_dtype || p == 1.0 || wants(mask)) {
+  // a library that takes the problem (cuDNN's fused attention on a GPU) runs the op itself
+  const bool library = kernel_dtype && native::attention_library_takes(qkv.device(), qkv.dtype(), d, d,
+                                                                        mask.defined(), p);
+  if (!library && (!native::fused_attention_on(qkv.device(), d) || !kernel_dtype || p == 1.0 || wants(mask))) {
     // The composition itself.
     auto head = [&](int64_t i) { return qkv.narrow(2, i * e, e).view({b, len, num_heads, d}).transpose(1, 2); };
     const Tensor scores = matmul(head(0), head(1).transpose(-2, -1));
@@ -238,8 +241,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const bool kernel_dtype = q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f64;
   // the CUDA kernel takes one head dim for q, k and v
   const bool kernel_dims = q.device().is_cpu() || q.size(-1) == v.size(-1);
-  if (!native::fused_attention_on(q.device(), q.size(-1)) || !kernel_dtype || !kernel_dims || dropout_p == 1.0 ||
-      wants(mask)) {
+  // a library that takes the problem (cuDNN's fused attention on a GPU, f16 included) runs the op
+  const bool library = native::attention_library_takes(q.device(), q.dtype(), q.size(-1), v.size(-1),
+                                                       mask.defined(), dropout_p);
+  if (!library && (!native::fused_attention_on(q.device(), q.size(-1)) || !kernel_dtype || !kernel_dims ||
+                   dropout_p == 1.0 || wants(mask))) {
     // The composition itself (also where the kernel's CUDA version does not run).
     const Tensor scores = matmul(q, k.transpose(-2, -1));
     const Tensor m = is_causal ? causal_mask(q.size(-2), k.size(-2), scores_dtype, q.device()) : mask;

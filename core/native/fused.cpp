@@ -18,6 +18,9 @@ EMBER_DEFINE_STUB(scaled_masked_softmax_stub);
 EMBER_DEFINE_STUB(scaled_masked_softmax_backward_stub);
 EMBER_DEFINE_STUB(attention_stub);
 EMBER_DEFINE_STUB(attention_backward_stub);
+EMBER_DEFINE_STUB(attention_library_stub);
+EMBER_DEFINE_STUB(attention_library_backward_stub);
+EMBER_DEFINE_STUB(attention_library_takes_stub);
 
 DType fused_compute_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -28,6 +31,11 @@ bool fused_attention_on(Device d, int64_t head_dim) {
     return v != nullptr && std::string(v) == "fused";
   }();
   return fused_on_gpu && head_dim <= 256;
+}
+
+bool attention_library_takes(Device d, DType dt, int64_t dim_qk, int64_t dim_v, bool masked, double dropout_p) {
+  const auto takes = d.is_cpu() ? attention_library_takes_stub.cpu : attention_library_takes_stub.cuda;
+  return takes != nullptr && takes(dt, dim_qk, dim_v, masked, dropout_p);
 }
 
 FusedDropout make_fused_dropout(double p, int64_t numel, const char* op, Generator& gen) {
@@ -285,6 +293,30 @@ AttentionOperand pair_operand(const Tensor& t4) {
 
 Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
+// The library's passes where a kernel is registered for the device and it accepts the problem.
+bool library_forward(const AttentionProblem& a, const AttentionOperand& out, const Tensor& stats,
+                     const FusedDropout& d) {
+  const Device dev = a.q.data.device();
+  const auto run = dev.is_cpu() ? attention_library_stub.cpu : attention_library_stub.cuda;
+  return run != nullptr && run(a, out, stats, d);
+}
+
+bool library_backward(const AttentionProblem& a, const AttentionOperand& grad, const AttentionOperand& dq,
+                      const AttentionOperand& dk, const AttentionOperand& dv, const Tensor& stats, const Tensor& keep,
+                      double dropout_scale) {
+  const Device dev = a.q.data.device();
+  const auto run = dev.is_cpu() ? attention_library_backward_stub.cpu : attention_library_backward_stub.cuda;
+  return run != nullptr && run(a, grad, dq, dk, dv, stats, keep, dropout_scale);
+}
+
+// An f16 problem as Ember's kernels take it (they have no f16): q, k and v copied to f32, each
+// [outer, inner, rows, cols] as scaled_dot_product_attention lays them out.
+AttentionProblem widened(const AttentionProblem& a) {
+  AttentionProblem w = a;
+  for (AttentionOperand* o : {&w.q, &w.k, &w.v}) *o = pair_operand(contiguous(to_dtype(o->data, DType::f32)));
+  return w;
+}
+
 }  // namespace
 
 PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, const Tensor& mask, double scale,
@@ -321,7 +353,8 @@ PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, co
   if (d.active()) s.keep = make_tensor(scores, DType::boolean, qkv.device());
   if (r.ctx.numel() == 0) return r;
   const AttentionProblem a = packed_problem(s.qkv, heads, s.mask, scale);
-  attention_stub.call(qkv.device(), op)(a, packed_operand(r.ctx, 0, e, a.dim_v), s.stats, s.keep, d);
+  const AttentionOperand ctx = packed_operand(r.ctx, 0, e, a.dim_v);
+  if (!library_forward(a, ctx, s.stats, d)) attention_stub.call(qkv.device(), op)(a, ctx, s.stats, s.keep, d);
   return r;
 }
 
@@ -336,9 +369,11 @@ Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionS
   if (dqkv.numel() == 0) return dqkv;
   const AttentionProblem a = packed_problem(qkv, saved.heads, saved.mask, saved.scale);
   const int64_t d = a.dim_qk;
-  attention_backward_stub.call(qkv.device(), op)(
-      a, packed_operand(contiguous(to_dtype(grad, qkv.dtype())), 0, e, d), packed_operand(dqkv, 0, e, d),
-      packed_operand(dqkv, e, e, d), packed_operand(dqkv, 2 * e, e, d), saved.stats, saved.keep, dropout_scale);
+  const AttentionOperand g = packed_operand(contiguous(to_dtype(grad, qkv.dtype())), 0, e, d);
+  const AttentionOperand dq = packed_operand(dqkv, 0, e, d), dk = packed_operand(dqkv, e, e, d),
+                         dv = packed_operand(dqkv, 2 * e, e, d);
+  if (!library_backward(a, g, dq, dk, dv, saved.stats, saved.keep, dropout_scale))
+    attention_backward_stub.call(qkv.device(), op)(a, g, dq, dk, dv, saved.stats, saved.keep, dropout_scale);
   return dqkv;
 }
 
@@ -355,8 +390,8 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
               " and value ", v.shape(), " do not fit: query and key need one last dim, key and value one length");
   EMBER_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), op, ": query, key and value must share a dtype, got ",
               dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
-  EMBER_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f64, op,
-              ": query, key and value must be f32, bf16 or f64, got ", dtype_name(q.dtype()));
+  EMBER_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f16 || q.dtype() == DType::f64,
+              op, ": query, key and value must be f32, bf16, f16 or f64, got ", dtype_name(q.dtype()));
   check_same_device(op, "key", k, q);
   check_same_device(op, "value", v, q);
   EMBER_CHECK(!(causal && mask.defined()), op, ": give either a mask or is_causal, not both (query of shape ",
@@ -401,6 +436,13 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
     return r;
   }
   const Tensor out4 = view(r.out, {a.outer, a.inner, a.len_q, a.dim_v});
+  if (library_forward(a, pair_operand(out4), s.stats, d)) return r;
+  if (q.dtype() == DType::f16) {
+    const Tensor out32 = make_tensor(out4.shape(), DType::f32, q.device());
+    attention_stub.call(q.device(), op)(widened(a), pair_operand(out32), s.stats, s.keep, d);
+    copy_(out4, out32);
+    return r;
+  }
   attention_stub.call(q.device(), op)(a, pair_operand(out4), s.stats, s.keep, d);
   return r;
 }
@@ -429,8 +471,22 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad, const A
     return g;
   }
   auto pairs_of = [&](const Tensor& t) { return pair_operand(view(t, {a.outer, a.inner, t.size(-2), t.size(-1)})); };
-  attention_backward_stub.call(dev, op)(a, pairs_of(contiguous(to_dtype(grad, dt))), pairs_of(g.dq), pairs_of(g.dk),
-                                        pairs_of(g.dv), saved.stats, saved.keep, dropout_scale);
+  const AttentionOperand go = pairs_of(contiguous(to_dtype(grad, dt)));
+  if (library_backward(a, go, pairs_of(g.dq), pairs_of(g.dk), pairs_of(g.dv), saved.stats, saved.keep, dropout_scale))
+    return g;
+  if (dt == DType::f16) {  // Ember's kernels on f32 copies, the gradients rounded back
+    const AttentionGrads w{make_tensor(g.dq.shape(), DType::f32, dev), make_tensor(g.dk.shape(), DType::f32, dev),
+                           make_tensor(g.dv.shape(), DType::f32, dev)};
+    attention_backward_stub.call(dev, op)(widened(a), pairs_of(contiguous(to_dtype(grad, DType::f32))),
+                                          pairs_of(w.dq), pairs_of(w.dk), pairs_of(w.dv), saved.stats, saved.keep,
+                                          dropout_scale);
+    copy_(g.dq, w.dq);
+    copy_(g.dk, w.dk);
+    copy_(g.dv, w.dv);
+    return g;
+  }
+  attention_backward_stub.call(dev, op)(a, go, pairs_of(g.dq), pairs_of(g.dk), pairs_of(g.dv), saved.stats, saved.keep,
+                                        dropout_scale);
   return g;
 }
 

@@ -146,6 +146,23 @@ EMBER_DECLARE_STUB(attention_backward_stub,
                             const AttentionOperand& dk, const AttentionOperand& dv, const Tensor& stats,
                             const Tensor& keep, double dropout_scale));
 
+// The same two passes through a library (cuDNN's fused attention on CUDA; no CPU kernel). Each
+// returns false, having written nothing, when the library declines the problem; Ember's kernels
+// then run. The library's forward writes each stats row as (logsumexp of the scores, 1), which
+// Ember's backward reads as (max, 1 / sum) of the same probabilities.
+EMBER_DECLARE_STUB(attention_library_stub, bool (*)(const AttentionProblem& a, const AttentionOperand& out,
+                                                    const Tensor& stats, const FusedDropout& dropout));
+EMBER_DECLARE_STUB(attention_library_backward_stub,
+                   bool (*)(const AttentionProblem& a, const AttentionOperand& grad, const AttentionOperand& dq,
+                            const AttentionOperand& dk, const AttentionOperand& dv, const Tensor& stats,
+                            const Tensor& keep, double dropout_scale));
+// Whether the library is asked at all for q, k and v of dtype `dt` with these head dims, an
+// additive mask or not and this dropout (its switch, dtypes and limits; shapes it refuses later
+// still decline).
+EMBER_DECLARE_STUB(attention_library_takes_stub,
+                   bool (*)(DType dt, int64_t dim_qk, int64_t dim_v, bool masked, double dropout_p));
+bool attention_library_takes(Device d, DType dt, int64_t dim_qk, int64_t dim_v, bool masked, double dropout_p);
+
 // Whether packed_self_attention and scaled_dot_product_attention take the attention kernels on
 // device `d` rather than the composition matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
 // environment says EMBER_CUDA_ATTENTION=fused and head_dim <= 256: the fused CUDA kernel does
@@ -168,7 +185,8 @@ PackedAttentionResult packed_self_attention(const Tensor& qkv, int64_t heads, co
 Tensor packed_self_attention_backward(const Tensor& grad, const PackedAttentionSaved& saved, double dropout_scale);
 
 // ---- scaled_dot_product_attention: q [..., L, E], k [..., S, E], v [..., S, Ev] of one dtype (f32,
-// bf16 or f64), leading dims broadcasting; mask additive (floating; autograd/functions/fused.cpp
+// bf16, f16 or f64; f16 that the library declines runs Ember's kernels on f32 copies), leading
+// dims broadcasting; mask additive (floating; autograd/functions/fused.cpp
 // turns a bool mask into 0 / -inf), broadcastable to [..., L, S], or undefined (not with causal). Result [..., L, Ev] in the inputs' dtype.
 struct AttentionSaved {
   AttentionProblem problem;  // its operands the (broadcast) inputs

@@ -1,7 +1,9 @@
 #include "kernels/cuda/cudnn_backend.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/thread_handles.h"
 
@@ -75,6 +77,32 @@ int64_t BackendDescriptor::get(cudnnBackendAttributeName_t name, cudnnBackendAtt
   int64_t count = 0;
   EMBER_CUDNN_CHECK(cudnnBackendGetAttribute(desc_, name, type, capacity, &count, values));
   return count;
+}
+
+std::vector<BackendDescriptor> engine_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode) {
+  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
+  const int64_t count = heuristics.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, nullptr);
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  if (count == 0) return configs;
+  const int64_t got = heuristics.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, raw.data());
+  configs.erase(configs.begin() + std::min(got, count), configs.end());
+  return configs;
+}
+
+CudnnScratch::CudnnScratch(int64_t bytes) : bytes_(size_t(std::max<int64_t>(bytes, 0))) {
+  if (bytes_ > 0) ptr_ = cuda_allocator().allocate(bytes_);
+}
+
+CudnnScratch::~CudnnScratch() {
+  if (ptr_) cuda_allocator().deallocate(ptr_, bytes_);
 }
 
 }  // namespace ember::cuda

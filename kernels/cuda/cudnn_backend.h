@@ -6,6 +6,7 @@
 #pragma once
 #include <cudnn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -58,6 +59,24 @@ class BackendDescriptor {
 
  private:
   cudnnBackendDescriptor_t desc_ = nullptr;
+};
+
+// The heuristics' engine configurations for a finalized operation graph under `mode`, best
+// first; none when the heuristics do not finalize for it.
+std::vector<BackendDescriptor> engine_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode);
+
+// Scratch memory from the caching allocator for one call, handed back in stream order.
+class CudnnScratch {
+ public:
+  explicit CudnnScratch(int64_t bytes);
+  ~CudnnScratch();
+  CudnnScratch(const CudnnScratch&) = delete;
+  CudnnScratch& operator=(const CudnnScratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  size_t bytes_;
+  void* ptr_ = nullptr;
 };
 
 }  // namespace ember::cuda

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "kernels/cuda/cublas_handles.h"
-#include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cudnn_backend.h"
 
@@ -125,25 +124,6 @@ BackendDescriptor operation(const CudnnConvProblem& p, const std::vector<Backend
   return op;
 }
 
-// The heuristics' configurations for `graph` under `mode`, best first.
-std::vector<BackendDescriptor> engine_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode) {
-  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
-  const int64_t count = heuristics.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, nullptr);
-  std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  if (count == 0) return configs;
-  const int64_t got = heuristics.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, raw.data());
-  configs.erase(configs.begin() + std::min(got, count), configs.end());
-  return configs;
-}
-
 // The engine's global index and whether its numerical notes fit Ember's rules (see the header).
 struct EngineFacts {
   int64_t index = -1;
@@ -180,27 +160,9 @@ void execute(const BackendDescriptor& plan, void* x, void* w, void* y, void* wor
   EMBER_CUDNN_CHECK(cudnnBackendExecute(cudnn_handle(), plan.get(), pack.get()));
 }
 
-// Scratch memory from the caching allocator for one call, handed back in stream order.
-class Scratch {
- public:
-  explicit Scratch(int64_t bytes) : bytes_(size_t(std::max<int64_t>(bytes, 0))) {
-    if (bytes_ > 0) ptr_ = cuda_allocator().allocate(bytes_);
-  }
-  ~Scratch() {
-    if (ptr_) cuda_allocator().deallocate(ptr_, bytes_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  size_t bytes_;
-  void* ptr_ = nullptr;
-};
-
 // Milliseconds one execution of `plan` takes on the current stream (after one untimed run).
 float time_plan(const Plan& plan, void* x, void* w, void* y) {
-  Scratch scratch(plan.workspace);
+  CudnnScratch scratch(plan.workspace);
   execute(plan.plan, x, w, y, scratch.get());
   cudaEvent_t start = nullptr, stop = nullptr;
   EMBER_CUDA_CHECK(cudaEventCreate(&start));
@@ -287,7 +249,7 @@ void run_cudnn_conv(const CudnnConvProblem& problem, void* x, void* w, void* y) 
   auto it = tls_plans.find(key);
   if (it == tls_plans.end()) it = tls_plans.emplace(std::move(key), choose_plan(problem, x, w, y)).first;
   const Plan& plan = *it->second;
-  Scratch scratch(plan.workspace);
+  CudnnScratch scratch(plan.workspace);
   execute(plan.plan, x, w, y, scratch.get());
 }
 

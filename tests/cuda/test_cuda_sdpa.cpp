@@ -11,6 +11,7 @@
 
 #include "core/device_api.h"
 #include "core/native/fused.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -20,6 +21,15 @@ using ember::testing::tolerance;
 using ember::testing::uniform_int;
 
 namespace {
+
+// These suites test Ember's own attention kernels (their stats layout included): the cuDNN path,
+// tested in test_cuda_attention_cudnn.cpp, stays off in this binary.
+class EmberAttentionKernelsOnly : public ::testing::Environment {
+ public:
+  void SetUp() override { ember::cuda::set_cudnn_attention(false); }
+};
+[[maybe_unused]] ::testing::Environment* const kEmberKernelsOnly =
+    ::testing::AddGlobalTestEnvironment(new EmberAttentionKernelsOnly);
 
 const Device kGpu = Device::cuda(0);
 

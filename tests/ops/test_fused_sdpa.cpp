@@ -9,9 +9,11 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/native/fused.h"
 #include "kernels/reference/fused.h"
 #include "kernels/reference/nn_functional.h"
 #include "test_util.h"
@@ -305,6 +307,28 @@ TEST(ScaledDotProductAttention, AutocastRunsInBf16AndSameResultsWhateverTheThrea
   };
   auto [one, two] = with_one_and_two_threads(run_once);
   EXPECT_EQ(one.to_vector<float>(), two.to_vector<float>());
+}
+
+TEST(ScaledDotProductAttention, NativeF16RunsTheKernelsOnF32Copies) {
+  // f16 has no kernel of Ember's own: without a library that takes it, native attention runs
+  // the f32 kernels on widened copies (broadcast batch dims included) and rounds the results
+  const Tensor q = random_tensor({2, 3, 9, 8}, DType::f16), k = random_tensor({1, 3, 11, 8}, DType::f16),
+               v = random_tensor({2, 3, 11, 8}, DType::f16), g = random_tensor({2, 3, 9, 8}, DType::f16);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "plain");
+    const native::AttentionResult half = native::scaled_dot_product_attention(q, k, v, Tensor(), causal, 0.4, 0.0);
+    const native::AttentionResult wide = native::scaled_dot_product_attention(
+        q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), Tensor(), causal, 0.4, 0.0);
+    EXPECT_EQ(half.out.dtype(), DType::f16);
+    EXPECT_EQ(half.out.to(DType::f32).to_vector<float>(), wide.out.to(DType::f16).to(DType::f32).to_vector<float>());
+    EXPECT_EQ(half.saved.stats.to_vector<float>(), wide.saved.stats.to_vector<float>());
+    const native::AttentionGrads hg = native::scaled_dot_product_attention_backward(g, half.saved, 1.0);
+    const native::AttentionGrads wg = native::scaled_dot_product_attention_backward(g.to(DType::f32), wide.saved, 1.0);
+    for (auto [got, want] : {std::pair{hg.dq, wg.dq}, std::pair{hg.dk, wg.dk}, std::pair{hg.dv, wg.dv}}) {
+      EXPECT_EQ(got.dtype(), DType::f16);
+      EXPECT_EQ(got.to(DType::f32).to_vector<float>(), want.to(DType::f16).to(DType::f32).to_vector<float>());
+    }
+  }
 }
 
 TEST(ScaledDotProductAttention, BadArgumentsNameTheOpAndShapes) {
