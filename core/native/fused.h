@@ -164,7 +164,8 @@ EMBER_DECLARE_STUB(attention_library_takes_stub,
 bool attention_library_takes(Device d, DType dt, int64_t dim_qk, int64_t dim_v, bool masked, double dropout_p);
 
 // Whether packed_self_attention and scaled_dot_product_attention take the attention kernels on
-// device `d` rather than the composition matmul -> scaled_masked_softmax -> matmul. Always on the CPU. On a GPU only when the
+// device `d` rather than the composition matmul -> scaled_masked_softmax -> matmul (a problem
+// the library takes, attention_library_takes, always goes to the attention op first). Always on the CPU. On a GPU only when the
 // environment says EMBER_CUDA_ATTENTION=fused and head_dim <= 256: the fused CUDA kernel does
 // its products on CUDA cores, while the composition's GEMMs run on tensor cores.
 bool fused_attention_on(Device d, int64_t head_dim);
