@@ -1,6 +1,7 @@
 // The switch and the counters of attention on cuDNN (kernels/cuda/fused_attention_cudnn.cu).
-// On by default; EMBER_CUDNN_ATTENTION=0 or set_cudnn_attention(false) makes every attention
-// run Ember's own kernels (or the composition the autograd layer picks for them).
+// Off by default until its tests have passed on a device; EMBER_CUDNN_ATTENTION=1 or
+// set_cudnn_attention(true) turns it on, and off every attention runs Ember's own kernels (or
+// the composition the autograd layer picks for them).
 #pragma once
 #include <cstdint>
 

@@ -26,7 +26,9 @@ namespace ember {
 namespace cuda {
 namespace {
 
-EnvSwitch cudnn_attention_switch{"EMBER_CUDNN_ATTENTION", true};
+// Off by default: the operation graphs have not yet run on a device (tests/cuda/
+// test_cuda_attention_cudnn.cpp turns it on; the device check runs them).
+EnvSwitch cudnn_attention_switch{"EMBER_CUDNN_ATTENTION", false};
 
 std::atomic<int64_t> forward_calls{0}, backward_calls{0}, declined_calls{0};
 

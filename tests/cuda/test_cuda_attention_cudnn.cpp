@@ -30,11 +30,16 @@ const DType kHalfTypes[] = {DType::f16, DType::bf16};
 Tensor cpu(const Tensor& t) { return t.to(Device::cpu()); }
 Tensor f32(const Tensor& t) { return cpu(t).to(DType::f32); }
 
-// Turns cuDNN attention on or off for a scope, then back on (the default).
+// Turns cuDNN attention on or off for a scope, then back on: this file tests it on (it is off by
+// default until a device run has confirmed it).
 struct CudnnSwitch {
   explicit CudnnSwitch(bool on) { cuda::set_cudnn_attention(on); }
   ~CudnnSwitch() { cuda::set_cudnn_attention(true); }
 };
+const bool cudnn_attention_on = [] {
+  cuda::set_cudnn_attention(true);
+  return true;
+}();
 
 // Tolerances for half-precision results against the f32 CPU kernel on the same inputs.
 double out_tol(DType dt) { return dt == DType::bf16 ? 3e-2 : 5e-3; }
