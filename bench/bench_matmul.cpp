@@ -26,21 +26,22 @@
 //                           Paths alternate within each shape. Measured numbers and the dispatch
 //                           they led to: the header of kernels/cpu/gemm_bf16.cpp.
 //
-//   packed/<layout>/<impl>/<MxKxN>/<threads>
+//   packed/<layout>/<impl>/<shape>/<threads>
 //                           Ember's packed GEMM (kernels/cpu/gemm_packed.h) against oneDNN's sgemm
-//                           called directly, at BERT shapes in the three layouts of training:
-//                             fwd     X W^T     (trans_b)   M = tokens, K = in, N = out
-//                             dgrad   dY W      (none)      M = tokens, K = out, N = in
-//                             wgrad   dY^T X    (trans_a)   M = out, K = tokens, N = in
-//                           for 2048 tokens through 256->1024, 1024->256 (a small BERT's FFN),
-//                           768->3072, 3072->768 (bert-base) and the MLM decoder 256->30522.
+//                           called directly, at the BERT training shapes of bench/bert_gemm_shapes.h
+//                           (fwd X W^T, dgrad dY W, wgrad dY^T X; attention's batched per-head
+//                           products). bench_gemm_libs times the same list with MKL and a current
+//                           oneDNN (bench/compare_gemm_libs.sh runs both).
 //                           impl: packed_f32 (f32 in, f32 out), onednn_f32 (dnnl_sgemm with
-//                           OpenMP set to the thread count; like cpu::gemm at 1 thread),
-//                           onednn_bands_f32 (cpu::gemm<float> forced onto oneDNN, one band per
-//                           thread of Ember's pool, 2 threads only), packed_bf16 (bf16 in, bf16
-//                           out; cpu::gemm's bf16 path on CPUs without AMX or fast AVX512-BF16).
-//                           Operands and C are allocated once per case, beta = 0.
-//                           Measured numbers: the header of kernels/cpu/gemm_packed.cpp.
+//                           OpenMP set to the thread count; like cpu::gemm at 1 thread; one call
+//                           per head when batched), onednn_bands_f32 (cpu::gemm<float> forced onto
+//                           oneDNN, one band per thread of Ember's pool, 2 threads only),
+//                           packed_bf16 (bf16 in, bf16 out; cpu::gemm's bf16 path on CPUs without
+//                           AMX or fast AVX512-BF16); batched: ember_bmm_f32 and ember_bmm_bf16
+//                           (ember::bmm, Ember's run-time path).
+//                           Operands and C are allocated once per case (per call for ember_bmm),
+//                           beta = 0; CPU time is the whole process's. Measured numbers: the header
+//                           of kernels/cpu/gemm_packed.cpp.
 //   The FMA peak these rows are fractions of: build/bench/machine_limits.
 //
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
@@ -56,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bert_gemm_shapes.h"
 #include "bench/progress_reporter.h"
 #include "ember/ember.h"
 #include "kernels/cpu/gemm.h"
@@ -228,7 +230,7 @@ void register_bf16_paths() {
 
 // ---- packed GEMM against oneDNN's sgemm
 
-enum class PackedImpl { PackedF32, OneDnnF32, OneDnnBandsF32, PackedBf16 };
+enum class PackedImpl { PackedF32, OneDnnF32, OneDnnBandsF32, PackedBf16, BmmF32, BmmBf16 };
 
 const char* impl_name(PackedImpl impl) {
   switch (impl) {
@@ -236,16 +238,11 @@ const char* impl_name(PackedImpl impl) {
     case PackedImpl::OneDnnF32: return "onednn_f32";
     case PackedImpl::OneDnnBandsF32: return "onednn_bands_f32";
     case PackedImpl::PackedBf16: return "packed_bf16";
+    case PackedImpl::BmmF32: return "ember_bmm_f32";
+    case PackedImpl::BmmBf16: return "ember_bmm_bf16";
   }
   return "?";
 }
-
-struct PackedProblem {
-  int64_t m, k, n;
-  bool trans_a, trans_b;
-  int threads;
-  PackedImpl impl;
-};
 
 template <class T>
 std::vector<T> random_buffer(int64_t count) {
@@ -256,21 +253,44 @@ std::vector<T> random_buffer(int64_t count) {
   return v;
 }
 
-void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
-  using namespace ember;
-  set_num_threads(p.threads);
-  const cpu::PackedKernel kernel = cpu::packed_kernel_for_this_cpu();
-  std::string label = impl_name(p.impl);
-  if (p.impl == PackedImpl::PackedF32 || p.impl == PackedImpl::PackedBf16)
-    label += std::string("(") + cpu::packed_kernel_name(kernel) + ")";
+void set_packed_label(benchmark::State& state, const bench::BertGemm& p, PackedImpl impl) {
+  std::string label = impl_name(impl);
+  if (impl == PackedImpl::PackedF32 || impl == PackedImpl::PackedBf16)
+    label += std::string("(") + ember::cpu::packed_kernel_name(ember::cpu::packed_kernel_for_this_cpu()) + ")";
   label += " MxKxN=" + std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n);
+  if (p.batch > 1) label += " batch=" + std::to_string(p.batch);
   label += std::string(p.trans_a ? " A^T" : " A") + (p.trans_b ? " B^T" : " B");
   label += " threads=" + std::to_string(p.threads);
   state.SetLabel(label);
-  // Stored shapes: A^T is stored k x m, B^T n x k.
+  state.counters["GFLOP/s"] = benchmark::Counter(bench::bert_gemm_flops(p) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Attention's batched products as Ember runs them: ember::bmm, whose f32 heads take cpu::gemm's
+// run-time path (oneDNN's sgemm below kPackedMinWork).
+void ember_bmm(benchmark::State& state, bench::BertGemm p, PackedImpl impl) {
+  using namespace ember;
+  set_num_threads(p.threads);
+  const DType dtype = impl == PackedImpl::BmmBf16 ? DType::bf16 : DType::f32;
+  auto operand = [&](int64_t rows, int64_t cols, bool transposed) {
+    const Tensor t = randn(transposed ? Shape{p.batch, cols, rows} : Shape{p.batch, rows, cols}).to(dtype);
+    return transposed ? t.transpose(-1, -2) : t;
+  };
+  const Tensor a = operand(p.m, p.k, p.trans_a), b = operand(p.k, p.n, p.trans_b);
+  for (auto _ : state) {
+    Tensor c = bmm(a, b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  set_packed_label(state, p, impl);
+}
+
+void packed_vs_onednn(benchmark::State& state, bench::BertGemm p, PackedImpl impl) {
+  using namespace ember;
+  set_num_threads(p.threads);
+  const cpu::PackedKernel kernel = cpu::packed_kernel_for_this_cpu();
+  // Stored shapes: A^T is stored k x m, B^T n x k; batched operands are back to back.
   const int64_t lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n, ldc = p.n;
-  const bool bf16 = p.impl == PackedImpl::PackedBf16;
-  if (bf16) {
+  if (impl == PackedImpl::PackedBf16) {
     const auto a = random_buffer<BFloat16>(p.m * p.k), b = random_buffer<BFloat16>(p.k * p.n);
     std::vector<BFloat16> c(size_t(p.m * p.n));
     for (auto _ : state) {
@@ -280,20 +300,22 @@ void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
       benchmark::ClobberMemory();
     }
   } else {
-    const auto a = random_buffer<float>(p.m * p.k), b = random_buffer<float>(p.k * p.n);
-    std::vector<float> c(size_t(p.m * p.n));
+    const auto a = random_buffer<float>(p.batch * p.m * p.k), b = random_buffer<float>(p.batch * p.k * p.n);
+    std::vector<float> c(size_t(p.batch * p.m * p.n));
     const int omp_before = omp_get_max_threads();
-    if (p.impl == PackedImpl::OneDnnF32) omp_set_num_threads(p.threads);
-    if (p.impl == PackedImpl::OneDnnBandsF32) cpu::set_f32_gemm_path(cpu::F32GemmPath::OneDnn);
+    if (impl == PackedImpl::OneDnnF32) omp_set_num_threads(p.threads);
+    if (impl == PackedImpl::OneDnnBandsF32) cpu::set_f32_gemm_path(cpu::F32GemmPath::OneDnn);
     for (auto _ : state) {
-      switch (p.impl) {
+      switch (impl) {
         case PackedImpl::PackedF32:
           cpu::packed_gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
                            ldc, kernel);
           break;
         case PackedImpl::OneDnnF32:
-          dnnl_sgemm(p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb,
-                     0.0f, c.data(), ldc);
+          // Batched: one sgemm per head, as the API offers no batch.
+          for (int64_t i = 0; i < p.batch; ++i)
+            dnnl_sgemm(p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', p.m, p.n, p.k, 1.0f, a.data() + i * p.m * p.k,
+                       lda, b.data() + i * p.k * p.n, ldb, 0.0f, c.data() + i * p.m * p.n, ldc);
           break;
         default:
           cpu::gemm<float>(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
@@ -306,40 +328,25 @@ void packed_vs_onednn(benchmark::State& state, PackedProblem p) {
     omp_set_num_threads(omp_before);
     cpu::set_f32_gemm_path(std::nullopt);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(p.m) * double(p.k) * double(p.n) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  set_packed_label(state, p, impl);
 }
 
 void register_packed() {
-  struct Layer {
-    int64_t in, out;
-  };
-  const Layer layers[] = {{256, 1024}, {1024, 256}, {768, 3072}, {3072, 768}, {256, 30522}};
-  constexpr int64_t kTokens = 2048;
-  struct Layout {
-    const char* name;
-    bool trans_a, trans_b;
-  };
-  const Layout layouts[] = {{"fwd", false, true}, {"dgrad", false, false}, {"wgrad", true, false}};
-  for (int threads : {1, 2}) {
-    const std::string suffix = threads == 1 ? "/1thread" : "/2threads";
-    for (const Layer& l : layers)
-      for (const Layout& lay : layouts) {
-        // fwd: [tokens, in] x [in, out]; dgrad: [tokens, out] x [out, in]; wgrad: [out, tokens] x [tokens, in]
-        const int64_t m = lay.trans_a ? l.out : kTokens;
-        const int64_t k = lay.trans_a ? kTokens : lay.trans_b ? l.in : l.out;
-        const int64_t n = lay.trans_b ? l.out : l.in;
-        // Two threads: the bert-base shapes and the decoder only.
-        if (threads == 2 && l.in != 768 && l.out != 30522) continue;
-        for (PackedImpl impl : {PackedImpl::PackedF32, PackedImpl::OneDnnF32, PackedImpl::OneDnnBandsF32,
-                                PackedImpl::PackedBf16}) {
-          if (impl == PackedImpl::OneDnnBandsF32 && threads == 1) continue;
-          const PackedProblem p{m, k, n, lay.trans_a, lay.trans_b, threads, impl};
-          std::string name = std::string("packed/") + lay.name + "/" + impl_name(impl) + "/" + std::to_string(m) +
-                             "x" + std::to_string(k) + "x" + std::to_string(n) + suffix;
-          benchmark::RegisterBenchmark(name.c_str(), packed_vs_onednn, p)->UseRealTime()->Unit(benchmark::kMillisecond);
-        }
-      }
+  for (const bench::BertGemm& g : bench::bert_gemms()) {
+    const bool batched = g.batch > 1;
+    const std::vector<PackedImpl> impls =
+        batched ? std::vector{PackedImpl::BmmF32, PackedImpl::OneDnnF32, PackedImpl::BmmBf16}
+                : std::vector{PackedImpl::PackedF32, PackedImpl::OneDnnF32, PackedImpl::OneDnnBandsF32,
+                              PackedImpl::PackedBf16};
+    for (PackedImpl impl : impls) {
+      if (impl == PackedImpl::OneDnnBandsF32 && g.threads == 1) continue;
+      const std::string name = bench::bert_gemm_row_name("packed", g, impl_name(impl));
+      auto* b = batched && impl != PackedImpl::OneDnnF32
+                    ? benchmark::RegisterBenchmark(name.c_str(), ember_bmm, g, impl)
+                    : benchmark::RegisterBenchmark(name.c_str(), packed_vs_onednn, g, impl);
+      // Process CPU time: compare_gemm_libs.sh --clock cpu rates 1-thread rows by it.
+      b->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+    }
   }
 }
 

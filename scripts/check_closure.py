@@ -46,6 +46,10 @@ DPKG_STATUS = "/var/lib/dpkg/status"
 # prefixes: "/usr/local/cuda" also covers the versioned /usr/local/cuda-12.x it links to.
 UNOWNED_ALLOWED = (
     ("/usr/local/cuda", "the CUDA toolkit: optional, not installed by scripts/install_deps.sh (README)"),
+    # Only bench_gemm_libs uses them, in builds configured with -DEMBER_BENCH_LIBS_DIR.
+    (os.path.realpath(os.environ.get("EMBER_BENCH_LIBS")
+                      or os.path.join(os.path.expanduser("~"), ".cache", "ember-bench-libs")),
+     "MKL and oneDNN from PyPI for bench_gemm_libs: optional, scripts/install_bench_libs.sh"),
 )
 # Kernel interfaces, not files a package could provide.
 PSEUDO_FILESYSTEMS = ("/dev/", "/proc/", "/sys/")
