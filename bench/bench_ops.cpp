@@ -21,8 +21,14 @@
 //                           read x, write y and i64 indices; read dy and indices, write dx
 //   BM_AdaptiveAvgPool2dFwdBwd  adaptive_avg_pool2d of [128, 32, 28, 28] to 14x14 (2x2
 //                           windows), forward then backward   read x, write y; read dy, write dx
+//   BM_EmbeddingBwdAdamW    BERT-mini's word embeddings (30522 x 256, padding row 0): lookup of
+//                           16 x 128 ids, backward, AdamW step (weight decay 0.01), zero_grad;
+//                           rows=0 the dense gradient table, rows=1 row_sparse_backward (the
+//                           same weights). GB/s counts the step's read and write of weight,
+//                           exp_avg and exp_avg_sq
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -189,6 +195,22 @@ void BM_AdaptiveAvgPool2dFwdBwd(benchmark::State& state) {
   pool_forward_backward(state, [](const ember::Tensor& x) { return ember::adaptive_avg_pool2d(x, {14}); }, 2.5);
 }
 
+void BM_EmbeddingBwdAdamW(benchmark::State& state) {
+  use_threads(state);
+  ember::manual_seed(0);
+  auto table = std::make_shared<ember::nn::Embedding>(30522, 256, 0);
+  table->row_sparse_backward = state.range(1) != 0;
+  ember::optim::AdamW opt(table->parameters(), {.lr = 1e-4, .weight_decay = 0.01});
+  const ember::Tensor ids = ember::randint(0, 30522, {16, 128});
+  const ember::Tensor dy = ember::randn({16, 128, 256});
+  for (auto _ : state) {
+    table->forward(ids).backward(dy);
+    opt.step();
+    opt.zero_grad();
+  }
+  count_bytes(state, 6.0 * double(table->weight.numel()) * kF32);
+}
+
 void threads(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
@@ -208,6 +230,11 @@ BENCHMARK(BM_CastToBf16)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);
 BENCHMARK(BM_AdaptiveAvgPool2dFwdBwd)->Apply(threads);
+BENCHMARK(BM_EmbeddingBwdAdamW)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "rows"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -82,8 +82,16 @@ void add_rows_into(const Tensor& dense, const RowSparseGrad& g) {
               "row-sparse gradient: cannot add ", g.nnz_rows(), " rows of ", g.values.size(1), " into a tensor of shape ",
               dense.shape());
   NoGradGuard no_grad;
-  Tensor d = dense;
-  d.add_(to_dense(g));
+  // dense[r] += values[k], row by row: what adding the zero-filled table gives, without it.
+  if (!dense.is_contiguous()) {  // a strided gradient takes the zero-filled table
+    Tensor(dense).add_(to_dense(g));
+    return;
+  }
+  const Tensor values =
+      native::contiguous(native::to_device(native::to_dtype(g.values, dense.dtype()), dense.device()));
+  native::index_add_stub.call(dense.device(), "index_add")(dense, 0, native::to_device(g.indices, dense.device()),
+                                                           values);
+  dense.bump_version();
 }
 
 RowSparseGrad scale_rows(const RowSparseGrad& g, double factor) {

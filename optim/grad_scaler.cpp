@@ -9,6 +9,7 @@
 #include "core/grad_mode.h"
 #include "core/native/amp.h"
 #include "core/ops.h"
+#include "core/sparse_grad.h"
 
 namespace ember::optim {
 
@@ -61,7 +62,8 @@ bool GradScaler::unscale_grads(Optimizer& opt) {
   };
   for (auto& group : opt.param_groups())
     for (const auto& p : group.params) {
-      const Tensor grad = p.grad();
+      // A gradient that is rows alone is unscaled as rows (the zeros it stands for stay zero).
+      const Tensor grad = p.has_sparse_grad() && !p.dense_grad_part().defined() ? p.sparse_grad().values : p.grad();
       if (grad.defined()) native::amp_unscale_(grad, flag_for(grad.device()), inv_scale);
     }
   double found = 0.0;

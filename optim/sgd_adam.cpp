@@ -19,6 +19,13 @@ Tensor dense_grad(const Tensor& p) {
   return g.is_contiguous() ? g : native::contiguous(g);
 }
 
+// A gradient that is rows alone (no dense part) on a CPU table is stepped from the rows, with
+// the dense step's results (core/native/fused_optim.h); anything else reads the dense .grad().
+bool steps_from_rows(const Tensor& p) {
+  return p.has_sparse_grad() && !p.dense_grad_part().defined() && p.device().is_cpu() && p.dim() == 2 &&
+         p.is_contiguous() && p.sparse_grad().indices.dtype() == DType::i64;
+}
+
 // AdamOptions::lazy_sparse: Adam's rule on the rows a row-sparse gradient touched, the rest of
 // the parameter and of its moments left as they are.
 void step_touched_rows(const std::string& optimizer, const Tensor& p, const RowSparseGrad& rows, const Tensor& m,
@@ -64,7 +71,8 @@ void SGD::step() {
   for (auto& g : groups_) {
     const double mom = g.get("momentum");
     for (auto& p : g.params) {
-      if (!p.grad().defined()) continue;
+      const bool from_rows = steps_from_rows(p);
+      if (!from_rows && !p.grad().defined()) continue;
       ParamState& st = state(p);
       native::SgdStepArgs args{g.get("lr"), mom, g.get("dampening"), g.get("weight_decay"),
                                g.get("nesterov") != 0.0, st.step == 0};
@@ -74,7 +82,12 @@ void SGD::step() {
         if (!b.defined()) b = zeros(p.shape(), {p.dtype(), p.device()});
         buf = b;
       }
-      native::sgd_step(p, dense_grad(p), buf, args);
+      if (from_rows) {
+        const RowSparseGrad rows = p.sparse_grad();
+        native::sgd_rows_step(p, rows.indices, native::contiguous(rows.values), buf, args);
+      } else {
+        native::sgd_step(p, dense_grad(p), buf, args);
+      }
       ++st.step;
     }
   }
@@ -125,7 +138,8 @@ void Adam::step() {
     };
     for (auto& p : g.params) {
       const bool rows_only = lazy_sparse_ && p.has_sparse_grad() && !p.dense_grad_part().defined();
-      if (!rows_only && !p.grad().defined()) continue;
+      const bool from_rows = !rows_only && steps_from_rows(p);
+      if (!rows_only && !from_rows && !p.grad().defined()) continue;
       ParamState& st = state(p);
       auto& m = st.buffers["exp_avg"];
       auto& v = st.buffers["exp_avg_sq"];
@@ -136,6 +150,11 @@ void Adam::step() {
       ++st.step;
       if (rows_only) {
         step_touched_rows(name_, p, p.sparse_grad(), m, v, args_at(st.step));
+        continue;
+      }
+      if (from_rows) {
+        const RowSparseGrad rows = p.sparse_grad();
+        native::adam_rows_step(p, rows.indices, native::contiguous(rows.values), m, v, args_at(st.step));
         continue;
       }
       const Tensor grad = dense_grad(p);

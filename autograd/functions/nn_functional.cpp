@@ -11,14 +11,16 @@
 namespace ember {
 using autograd::Tensors;
 
-Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+namespace {
+// rows: the backward leaves the table its rows (core/sparse_grad.h) instead of a dense table.
+Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx, bool rows) {
   Tensor out = native::embedding(weight, indices);
   const int64_t num = weight.size(0);
   const int64_t padding_row = native::embedding_padding_row(padding_idx, num);
   if (!autograd::needs_grad({weight})) return out;
   const autograd::SavedTensor saved_indices = autograd::save(indices);
   const DType dtype = weight.dtype();
-  if (weight.is_leaf() && weight.row_sparse_grad()) {
+  if (rows) {
     // The rows go straight to the table's row-sparse gradient (core/sparse_grad.h); no dense
     // table is built, so the node has no edge into the table's accumulator.
     std::shared_ptr<TensorImpl> table = weight.impl_ptr();
@@ -36,6 +38,18 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                                                       padding_row)};
                    });
   return out;
+}
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  return embedding_lookup(weight, indices, padding_idx, weight.is_leaf() && weight.row_sparse_grad());
+}
+
+Tensor embedding_with_row_sparse_backward(const Tensor& weight, const Tensor& indices,
+                                          std::optional<int64_t> padding_idx) {
+  EMBER_CHECK(weight.is_leaf() && weight.dim() == 2, "embedding_with_row_sparse_backward: the table must be a 2-D "
+              "leaf; got a ", weight.is_leaf() ? "leaf" : "non-leaf", " of shape ", weight.shape());
+  return embedding_lookup(weight, indices, padding_idx, true);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

@@ -9,6 +9,9 @@ namespace ember::native {
 EMBER_DEFINE_STUB(adam_step_stub);
 EMBER_DEFINE_STUB(adam_multi_step_stub);
 EMBER_DEFINE_STUB(sgd_step_stub);
+EMBER_DEFINE_STUB(adam_rows_step_stub);
+EMBER_DEFINE_STUB(sgd_rows_step_stub);
+EMBER_DEFINE_STUB(rows_sum_of_squares_stub);
 
 namespace {
 void check_same(const char* op, const Tensor& p, const Tensor& t, const char* what) {
@@ -77,7 +80,56 @@ void bump_adam_versions(const AdamTensors& t) {
   t.exp_avg_sq.bump_version();
 }
 
+// row_index/row_values of a row-sparse gradient of `rows` rows of `width` values each.
+void check_rows(const char* op, const Tensor& row_index, const Tensor& row_values, int64_t rows, int64_t width) {
+  EMBER_CHECK(row_index.dtype() == DType::i64 && row_index.dim() == 1 && row_index.device().is_cpu() &&
+                  row_index.is_contiguous(),
+              op, ": row_index must be a contiguous int64 vector on the CPU, got ", dtype_name(row_index.dtype()),
+              " of shape ", row_index.shape(), " on ", row_index.device());
+  EMBER_CHECK(row_values.dim() == 2 && row_values.size(0) == row_index.numel() && row_values.size(1) == width &&
+                  row_values.is_contiguous() && is_floating(row_values.dtype()),
+              op, ": row_values of shape ", row_values.shape(), " do not fit ", row_index.numel(), " rows of ", width,
+              " floating values, contiguous");
+  const int64_t* index = row_index.data_ptr<int64_t>();
+  for (int64_t k = 0; k < row_index.numel(); ++k)
+    EMBER_CHECK(index[k] >= 0 && index[k] < rows && (k == 0 || index[k] > index[k - 1]), op, ": row_index[", k,
+                "] = ", index[k], " is not ascending within [0, ", rows, ")");
+}
+
+void check_row_param(const char* op, const Tensor& param, const Tensor& row_index, const Tensor& row_values) {
+  EMBER_CHECK(param.dim() == 2 && param.is_contiguous(), op, ": the parameter must be a contiguous matrix, got shape ",
+              param.shape());
+  check_rows(op, row_index, row_values, param.size(0), param.size(1));
+}
+
 }  // namespace
+
+void adam_rows_step(const Tensor& param, const Tensor& row_index, const Tensor& row_values, const Tensor& exp_avg,
+                    const Tensor& exp_avg_sq, const AdamStepArgs& args) {
+  check_row_param("adam_rows_step", param, row_index, row_values);
+  check_same("adam_rows_step", param, exp_avg, "exp_avg");
+  check_same("adam_rows_step", param, exp_avg_sq, "exp_avg_sq");
+  if (param.numel() == 0) return;
+  adam_rows_step_stub.call(param.device(), "adam_rows_step")(param, row_index, row_values, exp_avg, exp_avg_sq, args);
+  bump_adam_versions({param, Tensor(), exp_avg, exp_avg_sq});
+}
+
+void sgd_rows_step(const Tensor& param, const Tensor& row_index, const Tensor& row_values, const Tensor& buf,
+                   const SgdStepArgs& args) {
+  check_row_param("sgd_rows_step", param, row_index, row_values);
+  if (buf.defined()) check_same("sgd_rows_step", param, buf, "momentum buffer");
+  if (param.numel() == 0) return;
+  sgd_rows_step_stub.call(param.device(), "sgd_rows_step")(param, row_index, row_values, buf, args);
+  param.bump_version();
+  if (buf.defined()) buf.bump_version();
+}
+
+double rows_sum_of_squares(const Tensor& row_index, const Tensor& row_values, int64_t rows) {
+  EMBER_CHECK(row_values.dim() == 2, "rows_sum_of_squares: row_values must be a matrix, got shape ",
+              row_values.shape());
+  check_rows("rows_sum_of_squares", row_index, row_values, rows, row_values.size(1));
+  return rows_sum_of_squares_stub.call(row_values.device(), "rows_sum_of_squares")(row_index, row_values, rows);
+}
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                const AdamStepArgs& args) {

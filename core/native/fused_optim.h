@@ -38,10 +38,33 @@ struct SgdStepArgs {
 EMBER_DECLARE_STUB(sgd_step_stub, void (*)(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                                            const SgdStepArgs& args));
 
+// ---- row-sparse gradients (core/sparse_grad.h) read as they are
+// A [R, D] parameter whose gradient is `row_values` [k, D] at the rows `row_index` (int64 [k] on
+// the CPU, ascending, distinct, each in [0, R)) and zero elsewhere. Each step updates every row
+// exactly as the dense step would with that zero-filled gradient, bit for bit (AdamW still
+// decays the moments and the weights of the rows without gradient), without building it.
+// CPU only: a CUDA parameter's rows are added into a dense gradient first.
+EMBER_DECLARE_STUB(adam_rows_step_stub, void (*)(const Tensor& param, const Tensor& row_index,
+                                                 const Tensor& row_values, const Tensor& exp_avg,
+                                                 const Tensor& exp_avg_sq, const AdamStepArgs& args));
+EMBER_DECLARE_STUB(sgd_rows_step_stub, void (*)(const Tensor& param, const Tensor& row_index,
+                                                const Tensor& row_values, const Tensor& momentum_buf,
+                                                const SgdStepArgs& args));
+// sum(|g| * |g|) of that zero-filled [rows, D] gradient, bit for bit as sum() gives it for a
+// CPU tensor (the f32 result of an f32 gradient, widened): the squares of the rows alone, added
+// in sum()'s order (adding the zeros changes nothing). Values f32 or f64.
+EMBER_DECLARE_STUB(rows_sum_of_squares_stub, double (*)(const Tensor& row_index, const Tensor& row_values,
+                                                        int64_t rows));
+
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                const AdamStepArgs& args);
 // Checks the contract of adam_multi_step_stub (skipping empty parameters) and dispatches.
 void adam_multi_step(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args);
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdStepArgs& args);
+void adam_rows_step(const Tensor& param, const Tensor& row_index, const Tensor& row_values, const Tensor& exp_avg,
+                    const Tensor& exp_avg_sq, const AdamStepArgs& args);
+void sgd_rows_step(const Tensor& param, const Tensor& row_index, const Tensor& row_values, const Tensor& momentum_buf,
+                   const SgdStepArgs& args);
+double rows_sum_of_squares(const Tensor& row_index, const Tensor& row_values, int64_t rows);
 
 }  // namespace ember::native

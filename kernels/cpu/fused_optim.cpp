@@ -1,73 +1,17 @@
-// CPU optimizer updates, one pass over each parameter. The f32 Adam/AdamW update runs 8 lanes
-// at a time (the scalar loop cannot vectorise: sqrt there may set errno).
-#include <bit>
-#include <cmath>
-#include <type_traits>
-
+// CPU optimizer updates, one pass over each parameter (the element updates are in
+// optim_updates.h; the f32 Adam/AdamW update runs 8 lanes at a time).
 #include "core/native/fused_optim.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
-#include "kernels/cpu/vec_half.h"
-#include "kernels/shared/adam_coefficients.h"
+#include "kernels/cpu/optim_updates.h"
 
 namespace ember {
 namespace {
 
-template <typename A>
-using AdamCoefficients = kernels::AdamCoefficients<A>;
-
-// The update of one element, in A = acc_t<P>. The vector loop below computes the same
-// operations in the same order, lane by lane, so every element rounds identically.
-template <typename P, typename G>
-void adam_scalar(P* p, const G* g, P* m, P* v, int64_t b, int64_t e, const AdamCoefficients<acc_t<P>>& c) {
-  using A = acc_t<P>;
-  for (int64_t i = b; i < e; ++i) {
-    A pi = A(p[i]);
-    const A gi = A(acc_t<G>(g[i])) * c.scale + c.l2 * pi;
-    const A mi = c.b1 * A(m[i]) + c.one_minus_b1 * gi;
-    const A vi = c.b2 * A(v[i]) + c.one_minus_b2 * gi * gi;
-    pi = pi * c.decay - c.step_size * mi / (std::sqrt(vi) / c.bc2_sqrt + c.eps);
-    p[i] = P(pi);
-    m[i] = P(mi);
-    v[i] = P(vi);
-  }
-}
-
-#if defined(__AVX2__)
-// f32 state, any floating gradient: 8 elements per step, one read and one write of each array.
-template <typename G>
-void adam_f32_vector(float* p, const G* g, float* m, float* v, int64_t b, int64_t e,
-                     const AdamCoefficients<float>& c) {
-  using namespace cpu::vec8;
-  int64_t i = b;
-  for (; i + kLanes <= e; i += kLanes) {
-    f8 pi = load8(p + i);
-    const f8 gi = load8(g + i) * c.scale + c.l2 * pi;
-    const f8 mi = c.b1 * load8(m + i) + c.one_minus_b1 * gi;
-    const f8 vi = c.b2 * load8(v + i) + c.one_minus_b2 * gi * gi;
-    const f8 root = std::bit_cast<f8>(_mm256_sqrt_ps(std::bit_cast<__m256>(vi)));
-    pi = pi * c.decay - c.step_size * mi / (root / c.bc2_sqrt + c.eps);
-    store8(p + i, pi);
-    store8(m + i, mi);
-    store8(v + i, vi);
-  }
-  adam_scalar(p, g, m, v, i, e, c);
-}
-#endif
-
 template <typename P, typename G>
 void adam_loop(P* p, const G* g, P* m, P* v, int64_t n, const native::AdamStepArgs& a) {
-  using A = acc_t<P>;
-  const auto c = kernels::adam_coefficients<A>(a);
-  parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
-#if defined(__AVX2__)
-    if constexpr (std::is_same_v<P, float> && !std::is_same_v<G, double>) {
-      adam_f32_vector(p, g, m, v, b, e, c);
-      return;
-    }
-#endif
-    adam_scalar(p, g, m, v, b, e, c);
-  });
+  const auto c = kernels::adam_coefficients<acc_t<P>>(a);
+  parallel_for(0, n, 16384, [&](int64_t b, int64_t e) { cpu::adam_range(p, g, m, v, b, e, c); });
 }
 
 void adam_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -91,24 +35,13 @@ void adam_multi_cpu(const std::vector<native::AdamTensors>& tensors, const nativ
 void sgd_cpu(const Tensor& param, const Tensor& grad, const Tensor& buf, const native::SgdStepArgs& a) {
   visit_floating(param.dtype(), "sgd_step", [&](auto ptag) {
     using P = typename decltype(ptag)::type;
-    using A = acc_t<P>;
     visit_floating(grad.dtype(), "sgd_step", [&](auto gtag) {
       using G = typename decltype(gtag)::type;
       P* p = param.data_ptr<P>();
       const G* g = grad.data_ptr<G>();
       P* mb = buf.defined() ? buf.data_ptr<P>() : nullptr;
-      const A lr = A(a.lr), mom = A(a.momentum), one_minus_damp = A(1.0 - a.dampening), wd = A(a.weight_decay);
-      parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          A d = A(acc_t<G>(g[i])) + wd * A(p[i]);
-          if (mb) {
-            const A m = a.first_step ? d : mom * A(mb[i]) + one_minus_damp * d;
-            mb[i] = P(m);
-            d = a.nesterov ? d + mom * m : m;
-          }
-          p[i] = P(A(p[i]) - lr * d);
-        }
-      });
+      const auto c = cpu::sgd_coefficients<acc_t<P>>(a);
+      parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) { cpu::sgd_range(p, g, mb, b, e, c); });
     });
   });
 }

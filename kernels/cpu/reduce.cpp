@@ -19,6 +19,7 @@
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
+#include "kernels/cpu/sum_order.h"
 #include "kernels/cpu/vec8.h"
 #include "kernels/cpu/vec_half.h"
 
@@ -27,7 +28,7 @@ namespace {
 using native::ReduceGeometry;
 using native::ReduceKind;
 
-constexpr int64_t kRowChunk = 16384;  // elements of one row per partial result
+constexpr int64_t kRowChunk = cpu::kSumRowChunk;  // elements of one row per partial result
 // Columns per block of accumulators: wide enough that each row contributes a few KiB of
 // consecutive memory (narrow blocks of a wide matrix touch a new page on every row).
 constexpr int64_t kColBlock = 1024;
@@ -191,7 +192,7 @@ sum_t<T> sum_contiguous(const T* p, int64_t n) {
     for_float_blocks(p, n, [&](const float* f, int64_t len) { s += sum_contiguous(f, len); });
     return s;
   }
-  constexpr int kLanes = 8;
+  constexpr int kLanes = cpu::kSumLanes;
   S acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)

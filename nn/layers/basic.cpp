@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/sparse_grad.h"
 #include "nn/init.h"
 
 namespace ember::nn {
@@ -41,6 +42,17 @@ Embedding::Embedding(int64_t n, int64_t dim, std::optional<int64_t> pad, bool sp
 
 Tensor Embedding::forward(const Tensor& indices) {
   auto scope = enter_forward();
+  // Hooks on the weight (DDP's, FSDP's, a user's) expect the dense gradient to arrive; on a GPU
+  // the rows would cost a trip through the host, and the dense kernels are fast there.
+  if (row_sparse_backward && weight.is_leaf() && weight.hook_count() == 0 && weight.device().is_cpu()) {
+    if (!weight.dense_grad_part().defined())
+      return scope.exit(embedding_with_row_sparse_backward(weight, indices, padding_idx));
+    // A dense use (a tied decoder) left a gradient in an earlier micro-batch. The dense path adds
+    // each pass's lookup gradient to that pass's decoder gradient before accumulating; rows kept
+    // apart would be summed in another order. So this pass goes dense, the earlier rows added in
+    // first, and only the first micro-batch of a step skips the table.
+    if (weight.has_sparse_grad()) weight.grad();
+  }
   return scope.exit(embedding(weight, indices, padding_idx));
 }
 

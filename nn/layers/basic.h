@@ -31,6 +31,13 @@ class Embedding : public Module {
   Tensor forward(const Tensor& indices) override;
   void set_sparse(bool on) { weight.set_row_sparse_grad(on); }
   bool sparse() const { return weight.row_sparse_grad(); }
+  // An internal speed-up, not torch's sparse=True: lookups leave the weight the rows they read
+  // (core/sparse_grad.h), not a zero-filled table; grad() still reads dense, sparse() is false.
+  // Optimizers, clip_grad_norm_ and GradScaler read the rows, equal to the dense path bit for bit.
+  // Only for a CPU weight without post-accumulate hooks (DDP's, FSDP's: they get the dense
+  // gradient) and no dense gradient yet (a tied decoder's from an earlier micro-batch: that pass
+  // goes dense). BERT's and GPT-2's word embeddings turn it on.
+  bool row_sparse_backward = false;
   Tensor weight;
   int64_t num_embeddings, embedding_dim;
   std::optional<int64_t> padding_idx;

@@ -23,6 +23,9 @@ Tensor bert_dense_activation(const Linear& dense, const std::string& act, const 
 
 BertEmbeddings::BertEmbeddings(const BertConfig& c) : Module("BertEmbeddings") {
   word_embeddings = register_module("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, c.pad_token_id));
+  // A batch reads a few thousand of the vocabulary's rows: the backward leaves just those
+  // (nn::Embedding::row_sparse_backward; .grad() still reads dense).
+  word_embeddings->row_sparse_backward = true;
   position_embeddings = register_module("position_embeddings",
                                         std::make_shared<Embedding>(c.max_position_embeddings, c.hidden_size));
   token_type_embeddings = register_module("token_type_embeddings",

@@ -75,6 +75,7 @@ void init_gpt2_weights(Module& root, const GPT2Config& c) {
 GPT2Model::GPT2Model(const GPT2Config& c) : GPT2PretrainedModel("GPT2Model", c) {
   c.validate();
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  wte->row_sparse_backward = true;  // the rows a batch read, not a vocabulary-sized table (as BERT's)
   wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd));
   drop = register_module("drop", std::make_shared<Dropout>(c.embd_pdrop));
   h = register_module("h", std::make_shared<ModuleList>());

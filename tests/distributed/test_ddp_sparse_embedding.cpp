@@ -48,8 +48,9 @@ class TokenModel : public nn::Module {
   bool tied_;
 };
 
-std::shared_ptr<TokenModel> make_model(bool sparse, bool tied) {
+std::shared_ptr<TokenModel> make_model(bool sparse, bool tied, bool row_sparse_backward = false) {
   auto m = std::make_shared<TokenModel>(sparse, tied);
+  m->embed->row_sparse_backward = row_sparse_backward;
   fill_deterministic(*m, 77);
   return m;
 }
@@ -73,6 +74,7 @@ std::pair<Tensor, Tensor> tokens(int64_t step, int64_t first, int64_t count) {
 
 struct Options {
   bool sparse = true, tied = true, lazy = false, overlap = false;
+  bool row_sparse_backward = false;  // nn::Embedding::row_sparse_backward (BERT's word embeddings)
   int world = 2, micro_batches = 1;
 };
 
@@ -85,7 +87,7 @@ struct Result {
 Result train(const Options& o) {
   Result out;
   expect_no_errors(run_ranks(o.world, [&](std::shared_ptr<ProcessGroup> pg) {
-    auto model = make_model(o.sparse, o.tied);
+    auto model = make_model(o.sparse, o.tied, o.row_sparse_backward);
     DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.002, .first_bucket_cap_mb = 0.001});
     auto opt = std::make_shared<optim::AdamW>(model->parameters(),
                                               optim::AdamWOptions{.lr = 1e-2, .lazy_sparse = o.lazy});
@@ -151,6 +153,18 @@ TEST(DDPSparseEmbedding, UntiedTableSendsOnlyItsRows) {
   // The dense run all-reduces the table every step; the sparse one only in the first pass.
   EXPECT_GE(dense.stats.bytes_reduced - sparse.stats.bytes_reduced,
             (kSteps - 1) * kTableBytes - sparse.stats.sparse_bytes);
+}
+
+TEST(DDPSparseEmbedding, RowSparseBackwardTablesStayDenseUnderDdp) {
+  // DDP's hooks on the table turn the internal row-sparse backward off: the dense all-reduce,
+  // the same bits as without the flag.
+  for (bool tied : {true, false}) {
+    const Result dense = train({.sparse = false, .tied = tied});
+    const Result flagged = train({.sparse = false, .tied = tied, .row_sparse_backward = true});
+    EXPECT_EQ(flagged.weights, dense.weights) << (tied ? "tied" : "untied");
+    EXPECT_EQ(flagged.stats.sparse_gathers, 0);
+    EXPECT_TRUE(in_a_bucket(flagged, "embed.weight"));
+  }
 }
 
 TEST(DDPSparseEmbedding, AccumulatedMicroBatchesSendTheirRowsTogether) {
