@@ -3,6 +3,7 @@
 // output allocation) and the per-device kernels it dispatches to.
 #pragma once
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/conv_padding.h"
@@ -108,6 +109,18 @@ Tensor dropout(const Tensor& x, double p, bool training);
 // logits [N, C] or [N, C, d1...]; target class indices (i64) of shape [N] or [N, d1...].
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
+
+// {logits, loss} = {linear(x, weight, bias), cross_entropy(logits viewed [rows, out], target
+// flattened, ...)}: x [..., in], weight [out, in], bias [out] or undefined, target (i64/i32) with
+// one class index per row of x (numel(x) / in of them). Both results equal the composition's,
+// gradients included, but on the CPU the loss's backward writes the logits' gradient once and
+// forms the bias gradient from it in the same pass (column sums as the rows are written), and
+// the bias enters in the product's epilogue. The logits stay differentiable through their own
+// linear node, which runs only when a gradient reaches them. Autocast applies as to the
+// composition. Other devices run the composition itself.
+std::pair<Tensor, Tensor> linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                               const Tensor& target, int64_t ignore_index = -100,
+                                               double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
 
 // ---- pooling over the last two dims of [N, C, H, W] or [C, H, W] input (PyTorch semantics).
 // A one-number size {k} means {k, k}; an empty stride means stride = kernel_size. ceil_mode

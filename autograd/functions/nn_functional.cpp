@@ -1,4 +1,4 @@
-// Differentiable embedding, dropout and cross-entropy. Forward work is in
+// Differentiable embedding, dropout, cross-entropy and linear + cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
 #include "autograd/node.h"
 #include "core/autocast.h"
@@ -101,6 +101,56 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
                      return {native::cross_entropy_backward(g[0], saved, shape, args)};
                    });
   return r.loss;
+}
+
+std::pair<Tensor, Tensor> linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                                               const Tensor& target, int64_t ignore_index, double label_smoothing,
+                                               Reduction reduction) {
+  // Lowered once (leaf weights come from autocast's cache) and shared by both nodes below.
+  const Tensor x = autocast::to_lower(x_in), weight = autocast::to_lower(weight_in), bias = autocast::to_lower(bias_in);
+  // Differentiable: a gradient reaching the logits themselves flows through linear's own node.
+  Tensor logits = linear(x, weight, bias);
+  const int64_t out_features = weight.size(0), in = weight.size(1);
+  const int64_t rows = out_features == 0 ? 0 : logits.numel() / out_features;
+  EMBER_CHECK(target.numel() == rows, "linear_cross_entropy: target of shape ", target.shape(), " has ",
+              target.numel(), " class indices for the ", rows, " rows of x of shape ", x_in.shape());
+  const Tensor rows_logits = logits.reshape({rows, out_features}), rows_target = target.reshape({rows});
+  if (!logits.device().is_cpu())
+    return {logits, cross_entropy(rows_logits, rows_target, ignore_index, label_smoothing, reduction)};
+
+  native::CrossEntropyArgs args{ignore_index, label_smoothing, reduction};
+  args.accumulate_type_loss = autocast::active_for(logits) && logits.dtype() != DType::f64;
+  const native::CrossEntropyResult r = native::cross_entropy(rows_logits.detach(), rows_target, args);
+  if (!autograd::needs_grad({x, weight, bias})) return {logits, r.loss};
+
+  const bool want_x = x.requires_grad(), want_w = weight.requires_grad();
+  const bool want_bias = bias.defined() && bias.requires_grad();
+  native::CrossEntropyResult stats;
+  stats.lse = r.lse.detach();
+  stats.count = r.count;
+  // The loss's own node: from the loss straight to x, weight and bias, without the logits.
+  autograd::record(
+      "LinearCrossEntropyBackward", {x, weight, bias}, {r.loss},
+      [stats, saved_logits = autograd::save(r.logits), saved_target = autograd::save(r.target),
+       sx = autograd::save(want_w ? x : Tensor()), sw = autograd::save(want_x ? weight : Tensor()),
+       bias_dtype = bias.defined() ? bias.dtype() : DType::f32, x_shape = x.shape(), rows, in, out_features, args,
+       want_x, want_w, want_bias](const Tensors& g) -> Tensors {
+        native::CrossEntropyResult saved = stats;
+        saved.logits = saved_logits.unpack();
+        saved.target = saved_target.unpack();
+        Tensor grad_logits, gb;
+        if (want_bias) {
+          native::LinearCrossEntropyGrads grads = native::linear_cross_entropy_backward(g[0], saved, args);
+          grad_logits = grads.grad_logits;
+          gb = native::to_dtype(grads.grad_bias, bias_dtype);
+        } else {
+          grad_logits = native::cross_entropy_backward(g[0], saved, {rows, out_features}, args);
+        }
+        Tensor gx = want_x ? matmul(grad_logits, sw.unpack()).reshape(x_shape) : Tensor();
+        Tensor gw = want_w ? matmul(grad_logits.transpose(0, 1), sx.unpack().reshape({rows, in})) : Tensor();
+        return {gx, gw, gb};
+      });
+  return {logits, r.loss};
 }
 
 }  // namespace ember

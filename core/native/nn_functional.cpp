@@ -12,6 +12,7 @@ EMBER_DEFINE_STUB(dropout_stub);
 EMBER_DEFINE_STUB(dropout_backward_stub);
 EMBER_DEFINE_STUB(cross_entropy_stub);
 EMBER_DEFINE_STUB(cross_entropy_backward_stub);
+EMBER_DEFINE_STUB(linear_cross_entropy_backward_stub);
 
 // ---- embedding
 
@@ -139,6 +140,25 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult&
                                                                               saved.lse, args, saved.count);
   }
   return reshape(grad, logits_shape);
+}
+
+LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult& saved,
+                                                      const CrossEntropyArgs& args) {
+  const Tensor& logits = saved.logits;
+  EMBER_CHECK(logits.dim() == 3 && logits.size(2) == 1,
+              "linear_cross_entropy_backward: expected logits saved as [N, C, 1], got shape ", logits.shape());
+  const int64_t n = logits.size(0), c = logits.size(1);
+  LinearCrossEntropyGrads grads;
+  grads.grad_logits = make_tensor({n, c}, logits.dtype(), logits.device());
+  grads.grad_bias = make_tensor({c}, saved.lse.dtype(), logits.device());
+  if (n == 0) {
+    fill_(grads.grad_bias, 0.0);
+    return grads;
+  }
+  const Tensor g = contiguous(to_dtype(reshape(grad_loss, {-1}), saved.lse.dtype()));
+  linear_cross_entropy_backward_stub.call(logits.device(), "linear_cross_entropy_backward")(
+      grads.grad_logits, grads.grad_bias, g, logits, saved.target, saved.lse, args, saved.count);
+  return grads;
 }
 
 }  // namespace ember::native

@@ -65,6 +65,16 @@ EMBER_DECLARE_STUB(cross_entropy_backward_stub,
                    void (*)(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
                             const Tensor& target, const Tensor& lse, const CrossEntropyArgs& args, int64_t count));
 
+// linear_cross_entropy's backward for logits [N, C] (d == 1): grad_logits as
+// cross_entropy_backward_stub writes it, and grad_bias [C] (lse's dtype) = the column sums of
+// grad_logits, the gradient of the bias added to every row of the logits, formed from the
+// unrounded values as the rows are written: no second pass over grad_logits. Sums run in
+// double over fixed blocks of rows, the blocks added in order: the same bits for any thread count.
+EMBER_DECLARE_STUB(linear_cross_entropy_backward_stub,
+                   void (*)(const Tensor& grad_logits, const Tensor& grad_bias, const Tensor& grad_loss,
+                            const Tensor& logits, const Tensor& target, const Tensor& lse,
+                            const CrossEntropyArgs& args, int64_t count));
+
 struct CrossEntropyResult {
   Tensor loss;
   Tensor lse;           // [N, D] row statistics for the backward
@@ -77,5 +87,14 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
 // Gradient for the logits, in their original shape.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult& saved, const Shape& logits_shape,
                               const CrossEntropyArgs& args);
+
+struct LinearCrossEntropyGrads {
+  Tensor grad_logits;  // [N, C], the logits' dtype
+  Tensor grad_bias;    // [C], lse's dtype (f32 for f16/bf16/f32 logits)
+};
+// The gradients of logits [N, C] saved by cross_entropy (two-dimensional logits only) and of a
+// bias added to every one of their rows, in one pass.
+LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult& saved,
+                                                      const CrossEntropyArgs& args);
 
 }  // namespace ember::native

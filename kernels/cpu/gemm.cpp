@@ -146,6 +146,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
                 });
 }
 
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // The same bands and per-band paths as gemm, so the bits are those of seeding C.
+  gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+                [&](int64_t mb, int64_t nb, const float* ab, const float* bb, float* cb) {
+                  const float* bias_b = bias + (cb - c) % ldc;  // a column band starts (cb - c) columns in
+                  if (f32_gemm_path_for(mb, nb, k) == F32GemmPath::Packed) {
+                    packed_gemm_serial(trans_a, trans_b, mb, nb, k, 1.0f, ab, lda, bb, ldb, 0.0f, cb, ldc,
+                                       packed_kernel_for_this_cpu(), bias_b);
+                    return;
+                  }
+                  seed_rows_with_bias(mb, nb, bias_b, cb, ldc);
+                  gemm_serial(trans_a, trans_b, mb, nb, k, 1.0f, ab, lda, bb, ldb, 1.0f, cb, ldc);
+                });
+}
+
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                           int64_t, float, float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,

@@ -40,4 +40,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
           const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// C = op(A) op(B) + bias, bias [n] (C's type) added to every row: the bits of seeding each row
+// of C with the bias and calling gemm with alpha = 1 and beta = 1. Where the packed GEMM runs
+// (f32 on AVX2 CPUs, bf16 on the widened path) the bias enters in its epilogue and C is
+// written once; the other paths seed C first.
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, const BFloat16* bias, BFloat16* c, int64_t ldc);
+
 }  // namespace ember::cpu

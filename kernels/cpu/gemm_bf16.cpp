@@ -341,6 +341,19 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, const BFloat16* bias, BFloat16* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k > 0 && bf16_gemm_path() == Bf16GemmPath::Widened) {
+    packed_gemm<BFloat16, BFloat16, BFloat16>(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc,
+                                              packed_kernel_for_this_cpu(), bias);
+    return;
+  }
+  parallel_for(0, m, std::max<int64_t>(1, 16384 / n),
+               [&](int64_t r0, int64_t r1) { seed_rows_with_bias(r1 - r0, n, bias, c + r0 * ldc, ldc); });
+  gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
           const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

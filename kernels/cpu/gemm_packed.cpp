@@ -289,6 +289,16 @@ void read_tile(const TC* c, int64_t ldc, int rows, int cols, float* t, int64_t l
   }
 }
 
+// Asks for the lines of a C tile while the micro-kernel runs on a scratch copy, so that
+// write_tile's stores find them in cache (the micro-kernel prefetches only the tile it is given).
+template <class TC>
+void prefetch_tile(const TC* c, int64_t ldc, int rows, int cols) {
+  for (int i = 0; i < rows; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + cols - 1), _MM_HINT_T0);
+  }
+}
+
 template <class TC>
 void write_tile(const float* t, int64_t ldt, int rows, int cols, TC* c, int64_t ldc) {
   for (int i = 0; i < rows; ++i) {
@@ -298,9 +308,13 @@ void write_tile(const float* t, int64_t ldt, int rows, int cols, TC* c, int64_t 
   }
 }
 
+// bias (or null): C's first chunk starts from the bias instead of C, copied into the scratch
+// tile (or staging block) the micro-kernel then reads back with beta = 1: the bits of a C
+// seeded with the bias, without reading C (read_tile with a row stride of 0 repeats the row).
 template <class TA, class TB, class TC>
 void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
-                  int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, const KernelSpec& ks) {
+                  int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, const KernelSpec& ks,
+                  const TC* bias) {
   constexpr bool bf16_out = std::is_same_v<TC, BFloat16>;
   const int mr = ks.rows, nr = ks.cols;
   const int64_t chunks = (k + kPackedKc - 1) / kPackedKc;
@@ -347,29 +361,39 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
               const float* a_panel = packed_a + ir / mr * a_stride;
               const int rows = int(std::min<int64_t>(mr, mc - ir));
               TC* ct = c + (ic + ir) * ldc + jc + jr;
+              const TC* bias_t = bias ? bias + jc + jr : nullptr;
+              const bool seed = first && bias_t != nullptr;  // start from the bias instead of C
+              const float beta_first = bias_t ? 1.0f : beta;
               if constexpr (!bf16_out) {
-                const float beta_q = first ? beta : 1.0f;
-                if (rows == mr && cols == nr) {
+                const float beta_q = first ? beta_first : 1.0f;
+                if (rows == mr && cols == nr && !seed) {
                   ks.run(kc, a_panel, b_panel, ct, ldc, alpha, beta_q);
                 } else {
+                  // Edge tiles, and tiles that start from the bias (C unread): formed in L1,
+                  // then written to C once.
                   if (beta_q != 0.0f) {
-                    std::fill(tile, tile + mr * nr, 0.0f);
-                    read_tile(ct, ldc, rows, cols, tile, nr);
+                    if (rows != mr || cols != nr) std::fill(tile, tile + mr * nr, 0.0f);
+                    if (seed) read_tile(bias_t, 0, rows, cols, tile, nr);
+                    else read_tile(ct, ldc, rows, cols, tile, nr);
                   }
+                  prefetch_tile(ct, ldc, rows, cols);
                   ks.run(kc, a_panel, b_panel, tile, nr, alpha, beta_q);
                   write_tile(tile, nr, rows, cols, ct, ldc);
                 }
               } else if (!staged) {
-                if (beta != 0.0f) {
+                if (beta_first != 0.0f) {
                   if (rows != mr || cols != nr) std::fill(tile, tile + mr * nr, 0.0f);
-                  read_tile(ct, ldc, rows, cols, tile, nr);
+                  if (seed) read_tile(bias_t, 0, rows, cols, tile, nr);
+                  else read_tile(ct, ldc, rows, cols, tile, nr);
                 }
-                ks.run(kc, a_panel, b_panel, tile, nr, alpha, beta);
+                if (seed) prefetch_tile(ct, ldc, rows, cols);  // C was not read: fetch it for the stores
+                ks.run(kc, a_panel, b_panel, tile, nr, alpha, beta_first);
                 write_tile(tile, nr, rows, cols, ct, ldc);
               } else {
                 float* st = staging + (ic - g + ir) * lds + jr;
-                if (first && beta != 0.0f) read_tile(ct, ldc, rows, cols, st, lds);
-                ks.run(kc, a_panel, b_panel, st, lds, alpha, first ? beta : 1.0f);
+                if (seed) read_tile(bias_t, 0, rows, cols, st, lds);
+                else if (first && beta != 0.0f) read_tile(ct, ldc, rows, cols, st, lds);
+                ks.run(kc, a_panel, b_panel, st, lds, alpha, first ? beta_first : 1.0f);
                 if (last) write_tile(st, lds, rows, cols, ct, ldc);
               }
             }
@@ -404,32 +428,39 @@ PackedKernel packed_kernel_for_this_cpu() {
 
 template <class TA, class TB, class TC>
 void packed_gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
-                        int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel) {
+                        int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel,
+                        const TC* bias) {
   if (m <= 0 || n <= 0) return;
   EMBER_CHECK(packed_kernel_available(kernel), "packed_gemm: this CPU at capability ",
               cpu_capability_name(cpu_capability()), " cannot run the ", packed_kernel_name(kernel), " kernel");
+  EMBER_CHECK(bias == nullptr || beta == 0.0f, "packed_gemm: a bias takes the place of beta * C, so beta must be 0, ",
+              "got ", beta, " for m=", m, " n=", n, " k=", k);
   if (k <= 0 || alpha == 0.0f) {
     scale_by_beta(m, n, beta, c, ldc);
+    if (bias) seed_rows_with_bias(m, n, bias, c, ldc);
     return;
   }
-  blocked_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, kernel_spec(kernel));
+  blocked_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, kernel_spec(kernel), bias);
 }
 
 template <class TA, class TB, class TC>
 void packed_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda,
-                 const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel) {
+                 const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel, const TC* bias) {
   if (m <= 0 || n <= 0) return;
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const TA* ab, const TB* bb, TC* cb) {
-                  packed_gemm_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc, kernel);
+                  // A band of columns starts (cb - c) columns in; a band of rows at column 0.
+                  const TC* bias_b = bias ? bias + (cb - c) % ldc : nullptr;
+                  packed_gemm_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc, kernel,
+                                     bias_b);
                 });
 }
 
 #define EMBER_PACKED_GEMM_INSTANTIATE(TA, TB, TC)                                                                  \
   template void packed_gemm_serial<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t,    \
-                                               const TB*, int64_t, float, TC*, int64_t, PackedKernel);             \
+                                               const TB*, int64_t, float, TC*, int64_t, PackedKernel, const TC*);  \
   template void packed_gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t,           \
-                                        const TB*, int64_t, float, TC*, int64_t, PackedKernel);
+                                        const TB*, int64_t, float, TC*, int64_t, PackedKernel, const TC*);
 EMBER_PACKED_GEMM_INSTANTIATE(float, float, float)
 EMBER_PACKED_GEMM_INSTANTIATE(BFloat16, BFloat16, BFloat16)
 EMBER_PACKED_GEMM_INSTANTIATE(BFloat16, BFloat16, float)

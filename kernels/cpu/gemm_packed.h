@@ -14,6 +14,10 @@
 // once, to nearest even like BFloat16(float); when k spans several blocks the partial sums
 // wait in a per-thread f32 staging block.
 //
+// bias (optional, n values of C's type): added to every row of C in the epilogue, with the bits
+// of seeding every row of C with it and running beta = 1 (c = fma(1, bias, alpha * acc)), but
+// without a pass over C to seed it. beta must then be 0.
+//
 // Summation order (ranks of data-parallel training compare results bit for bit): every entry
 // of C is computed by the same arithmetic wherever it lands:
 //   acc = 0; for p in the chunk, in order: acc = fma(a[i][p], b[p][j], acc)
@@ -48,20 +52,22 @@ PackedKernel packed_kernel_for_this_cpu();
 // run is an ember::Error.
 template <class TA, class TB, class TC>
 void packed_gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
-                        int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel);
+                        int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel,
+                        const TC* bias = nullptr);
 
 // Threaded: C cut into bands, one per thread of Ember's pool (gemm_bands.h), each band run by
 // packed_gemm_serial. Inside a parallel_for body it runs on the calling thread alone.
 template <class TA, class TB, class TC>
 void packed_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda,
-                 const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel);
+                 const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, PackedKernel kernel,
+                 const TC* bias = nullptr);
 
 #define EMBER_PACKED_GEMM_DECLARE(TA, TB, TC)                                                                      \
   extern template void packed_gemm_serial<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*,      \
                                                       int64_t, const TB*, int64_t, float, TC*, int64_t,             \
-                                                      PackedKernel);                                               \
+                                                      PackedKernel, const TC*);                                    \
   extern template void packed_gemm<TA, TB, TC>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t,    \
-                                               const TB*, int64_t, float, TC*, int64_t, PackedKernel);
+                                               const TB*, int64_t, float, TC*, int64_t, PackedKernel, const TC*);
 EMBER_PACKED_GEMM_DECLARE(float, float, float)
 EMBER_PACKED_GEMM_DECLARE(BFloat16, BFloat16, BFloat16)
 EMBER_PACKED_GEMM_DECLARE(BFloat16, BFloat16, float)
@@ -77,6 +83,14 @@ void scale_by_beta(int64_t m, int64_t n, float beta, TC* c, int64_t ldc) {
       TC& v = c[i * ldc + j];
       v = TC(beta == 0.0f ? 0.0f : beta * float(v));
     }
+}
+
+// Every row of C (m x n, row stride ldc) set to bias [n]: the seed of a bias product on the
+// paths that add it as beta * C rather than in their epilogue.
+template <class TC>
+void seed_rows_with_bias(int64_t m, int64_t n, const TC* bias, TC* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = bias[j];
 }
 
 // ---- the micro-kernels (gemm_packed_avx2.cpp, gemm_packed_avx512.cpp), for gemm_packed.cpp

@@ -39,21 +39,30 @@ std::vector<int64_t> batch_offsets(const Tensor& x, int64_t count) {
   return offs;
 }
 
-// Fills every row of C with the bias; the GEMM then accumulates onto it (beta = 1).
+// Fills every row of C with the bias (k == 0, and f64, whose GEMM accumulates onto C).
 template <typename T>
 void seed_rows(T* c, int64_t rows, int64_t cols, const T* bias) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + cols, c + r * cols);
 }
 
-// C = op(A) op(B), or C += op(A) op(B) when C was seeded with a bias. bf16 products accumulate
-// in f32 and round into C once.
+// C = op(A) op(B) (+ bias on every row). f32 and bf16 add the bias in the GEMM (gemm_bias: in
+// the packed GEMM's epilogue, C written once); f64 seeds C and accumulates onto it. bf16
+// products accumulate in f32 and round into C once.
 template <typename T>
 void gemm_into(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-               int64_t ldb, bool accumulate, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    cpu::gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+               int64_t ldb, const T* bias, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (bias) {
+      parallel_for(0, m, std::max<int64_t>(1, 16384 / n),
+                   [&](int64_t r0, int64_t r1) { seed_rows(c + r0 * ldc, r1 - r0, n, bias); });
+    }
+    cpu::gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, bias ? T(1) : T(0), c, ldc);
+  } else if (bias) {
+    cpu::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    cpu::gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else {
-    cpu::gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
+    cpu::gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
   }
 }
 
@@ -77,12 +86,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
 
   if (shared_across_batch(b)) {
     if (auto la = native::folded_rows_matrix(a)) {
-      const int64_t rows = batches * n;
-      if (pbias) {
-        parallel_for(0, rows, std::max<int64_t>(1, 16384 / m),
-                     [&](int64_t r0, int64_t r1) { seed_rows(c + r0 * m, r1 - r0, m, pbias); });
-      }
-      gemm_into(la->col_major, lb.col_major, rows, m, k, pa, la->ld, pb, lb.ld, pbias != nullptr, c, m);
+      gemm_into(la->col_major, lb.col_major, batches * n, m, k, pa, la->ld, pb, lb.ld, pbias, c, m);
       return;
     }
   }
@@ -90,10 +94,8 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   const BlasMatrix la = matrix_of(a);
   const std::vector<int64_t> a_off = batch_offsets(a, batches), b_off = batch_offsets(b, batches);
   auto one = [&](int64_t i) {
-    T* ci = c + i * n * m;
-    if (pbias) seed_rows(ci, n, m, pbias);
-    gemm_into(la.col_major, lb.col_major, n, m, k, pa + a_off[size_t(i)], la.ld, pb + b_off[size_t(i)], lb.ld,
-              pbias != nullptr, ci, m);
+    gemm_into(la.col_major, lb.col_major, n, m, k, pa + a_off[size_t(i)], la.ld, pb + b_off[size_t(i)], lb.ld, pbias,
+              c + i * n * m, m);
   };
   // Splitting batches across threads needs no synchronisation inside a GEMM, so prefer it
   // unless the batches are few and large enough that an even split matters more.

@@ -1,7 +1,9 @@
 // CPU cross-entropy, fused: each (n, d) row of C logits is read once for its max (and sum, for
-// label smoothing) and once for its sum of exponentials; the backward writes
-// g * (softmax - target distribution) in one more pass. Rows whose target is ignore_index cost
-// nothing in the forward, which matters for masked-language-model losses where most are.
+// label smoothing) and once for its sum of exponentials (the second read from cache); the
+// backward writes g * (softmax - target distribution) in one more pass, and for
+// linear_cross_entropy also sums those values into the bias gradient as it writes them. Rows
+// whose target is ignore_index cost nothing in the forward, which matters for
+// masked-language-model losses where most are.
 //
 // f16/bf16/f32 rows compute in float with a vectorisable exp; f64 rows use std::exp.
 #include <algorithm>
@@ -90,12 +92,12 @@ A row_logsumexp(const A* x, int64_t c, A* sum) {
 
 // Points at row (n, d) as a contiguous acc-type array, copying (and converting) when needed.
 template <typename T, typename A>
-const A* load_row(const T* logits, int64_t base, int64_t c, int64_t stride, std::vector<A>& buf) {
+const A* load_row(const T* logits, int64_t base, int64_t c, int64_t stride, A* buf) {
   if constexpr (std::is_same_v<T, A>) {
     if (stride == 1) return logits + base;
   }
-  for (int64_t i = 0; i < c; ++i) buf[size_t(i)] = A(logits[base + i * stride]);
-  return buf.data();
+  for (int64_t i = 0; i < c; ++i) buf[i] = A(logits[base + i * stride]);
+  return buf;
 }
 
 [[noreturn]] void fail_target(int64_t t, int64_t c, int64_t ignore_index) {
@@ -127,7 +129,7 @@ int64_t cross_entropy_cpu(const Tensor& loss, const Tensor& lse, const Tensor& l
             continue;
           }
           if (t < 0 || t >= c) fail_target(t, c, args.ignore_index);
-          const A* row = load_row<T, A>(x, (r / d) * c * d + r % d, c, d, buf);
+          const A* row = load_row<T, A>(x, (r / d) * c * d + r % d, c, d, buf.data());
           A sum = 0;
           const A l = row_logsumexp(row, c, &sum);
           lse_out[r] = l;
@@ -156,52 +158,117 @@ int64_t cross_entropy_cpu(const Tensor& loss, const Tensor& lse, const Tensor& l
   return count;
 }
 
+// What every gradient row needs: the saved forward and the upstream gradient.
+template <typename T, typename I>
+struct BackwardRows {
+  using A = acc_t<T>;
+  const T* x;
+  const I* tgt;
+  const A* lse;
+  const A* g;
+  T* out;
+  int64_t c, d;
+  const native::CrossEntropyArgs& args;
+  int64_t count;
+
+  // Writes row r of grad_logits; adds its unrounded values into bias_sums when given (an
+  // ignored row is zero and adds nothing). buf and grad hold c values each.
+  void write(int64_t r, A* buf, A* grad, double* bias_sums) const {
+    const int64_t base = (r / d) * c * d + r % d;
+    const int64_t t = int64_t(tgt[r]);
+    const bool direct = std::is_same_v<T, A> && d == 1;
+    A* dst = direct ? reinterpret_cast<A*>(out + base) : grad;
+    if (t == args.ignore_index) {
+      std::fill(dst, dst + c, A(0));
+    } else {
+      const A eps = A(args.label_smoothing);
+      const A off_target = eps / A(c);  // smoothed probability of every class
+      const A on_target = A(1) - eps;   // extra probability of the target class
+      const A coef = args.reduction == Reduction::None   ? g[r]
+                     : args.reduction == Reduction::Mean ? A(double(g[0]) / double(count))
+                                                         : g[0];
+      const A* row = load_row<T, A>(x, base, c, d, buf);
+      const A l = lse[r];
+      for (int64_t i = 0; i < c; ++i) dst[i] = coef * (exp_nonpositive(row[i] - l) - off_target);
+      dst[t] -= coef * on_target;
+      if (bias_sums)
+        for (int64_t i = 0; i < c; ++i) bias_sums[i] += double(dst[i]);
+    }
+    if (!direct)
+      for (int64_t i = 0; i < c; ++i) out[base + i * d] = T(dst[i]);
+  }
+};
+
+template <typename Body>
+void visit_backward_rows(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                         const Tensor& target, const Tensor& lse, const native::CrossEntropyArgs& args, int64_t count,
+                         const char* op, const Body& body) {
+  visit_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    visit_index(target.dtype(), op, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      const BackwardRows<T, I> rows{logits.data_ptr<T>(), target.data_ptr<I>(), lse.data_ptr<A>(),
+                                    grad_loss.data_ptr<A>(), grad_logits.data_ptr<T>(), logits.size(1),
+                                    logits.size(2), args, count};
+      body(rows);
+    });
+  });
+}
+
 void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
                                 const Tensor& target, const Tensor& lse, const native::CrossEntropyArgs& args,
                                 int64_t count) {
-  const int64_t n = logits.size(0), c = logits.size(1), d = logits.size(2), rows = n * d;
-  visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* x = logits.data_ptr<T>();
-    const A* lse_in = lse.data_ptr<A>();
-    const A* g = grad_loss.data_ptr<A>();
-    T* out = grad_logits.data_ptr<T>();
-    const A eps = A(args.label_smoothing);
-    const A off_target = eps / A(c);  // smoothed probability of every class
-    const A on_target = A(1) - eps;   // extra probability of the target class
-    visit_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      const I* tgt = target.data_ptr<I>();
-      parallel_for(0, rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(c, 1)), [&](int64_t b, int64_t e) {
-        std::vector<A> buf(static_cast<size_t>(c)), grad(static_cast<size_t>(c));
-        for (int64_t r = b; r < e; ++r) {
-          const int64_t base = (r / d) * c * d + r % d;
-          const int64_t t = int64_t(tgt[r]);
-          const bool direct = std::is_same_v<T, A> && d == 1;
-          A* dst = direct ? reinterpret_cast<A*>(out + base) : grad.data();
-          if (t == args.ignore_index) {
-            std::fill(dst, dst + c, A(0));
-          } else {
-            const A coef = args.reduction == Reduction::None ? g[r]
-                           : args.reduction == Reduction::Mean ? A(double(g[0]) / double(count))
-                                                               : g[0];
-            const A* row = load_row<T, A>(x, base, c, d, buf);
-            const A l = lse_in[r];
-            for (int64_t i = 0; i < c; ++i) dst[i] = coef * (exp_nonpositive(row[i] - l) - off_target);
-            dst[t] -= coef * on_target;
-          }
-          if (!direct)
-            for (int64_t i = 0; i < c; ++i) out[base + i * d] = T(dst[i]);
-        }
-      });
-    });
-  });
+  const int64_t c = logits.size(1), rows = logits.size(0) * logits.size(2);
+  visit_backward_rows(grad_logits, grad_loss, logits, target, lse, args, count, "cross_entropy_backward",
+                      [&](const auto& br) {
+                        using A = typename std::remove_reference_t<decltype(br)>::A;
+                        parallel_for(0, rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(c, 1)),
+                                     [&](int64_t b, int64_t e) {
+                                       std::vector<A> buf(static_cast<size_t>(c)), grad(static_cast<size_t>(c));
+                                       for (int64_t r = b; r < e; ++r) br.write(r, buf.data(), grad.data(), nullptr);
+                                     });
+                      });
+}
+
+// Rows per partial column sum of the bias gradient: fixed, so the sums are formed in the same
+// order whatever the thread count; large, so the partials ([blocks, C] doubles) stay a few MiB.
+constexpr int64_t kBiasBlockRows = 256;
+
+void linear_cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_bias, const Tensor& grad_loss,
+                                       const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                       const native::CrossEntropyArgs& args, int64_t count) {
+  const int64_t c = logits.size(1), rows = logits.size(0);
+  const int64_t blocks = (rows + kBiasBlockRows - 1) / kBiasBlockRows;
+  std::vector<double> partial(size_t(std::max<int64_t>(blocks, 1) * c), 0.0);
+  visit_backward_rows(grad_logits, grad_loss, logits, target, lse, args, count, "linear_cross_entropy_backward",
+                      [&](const auto& br) {
+                        using A = typename std::remove_reference_t<decltype(br)>::A;
+                        parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+                          std::vector<A> buf(static_cast<size_t>(c)), grad(static_cast<size_t>(c));
+                          for (int64_t blk = b0; blk < b1; ++blk) {
+                            double* sums = partial.data() + blk * c;
+                            const int64_t r1 = std::min(rows, (blk + 1) * kBiasBlockRows);
+                            for (int64_t r = blk * kBiasBlockRows; r < r1; ++r)
+                              br.write(r, buf.data(), grad.data(), sums);
+                          }
+                        });
+                        // Blocks added in order, column by column.
+                        A* db = grad_bias.data_ptr<A>();
+                        parallel_for(0, c, 4096, [&](int64_t j0, int64_t j1) {
+                          for (int64_t j = j0; j < j1; ++j) {
+                            double total = 0.0;
+                            for (int64_t blk = 0; blk < blocks; ++blk) total += partial[size_t(blk * c + j)];
+                            db[j] = A(total);
+                          }
+                        });
+                      });
 }
 
 }  // namespace
 
 EMBER_REGISTER_KERNEL(native::cross_entropy_stub, CPU, &cross_entropy_cpu);
 EMBER_REGISTER_KERNEL(native::cross_entropy_backward_stub, CPU, &cross_entropy_backward_cpu);
+EMBER_REGISTER_KERNEL(native::linear_cross_entropy_backward_stub, CPU, &linear_cross_entropy_backward_cpu);
 
 }  // namespace ember

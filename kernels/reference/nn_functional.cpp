@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/reference/linalg.h"
+
 namespace ember::reference {
 
 RefTensor embedding(const RefTensor& weight, const RefTensor& indices) {
@@ -119,6 +121,54 @@ RefTensor cross_entropy_backward(const RefTensor& logits, const RefTensor& targe
     }
   }
   return grad;
+}
+
+namespace {
+
+// x [..., in] @ weight^T + bias as [rows, out].
+RefTensor linear_rows(const RefTensor& x, const RefTensor& weight, const RefTensor& bias, bool has_bias) {
+  RefTensor logits = linear(x, weight, bias, has_bias);
+  logits.shape = {logits.numel() / weight.shape[0], weight.shape[0]};
+  return logits;
+}
+
+RefTensor flat(const RefTensor& t) {
+  RefTensor f = t;
+  f.shape = {t.numel()};
+  return f;
+}
+
+}  // namespace
+
+LinearCrossEntropy linear_cross_entropy(const RefTensor& x, const RefTensor& weight, const RefTensor& bias,
+                                        bool has_bias, const RefTensor& target, int64_t ignore_index,
+                                        double label_smoothing, Reduction reduction) {
+  LinearCrossEntropy r;
+  r.logits = linear(x, weight, bias, has_bias);
+  r.loss = cross_entropy(linear_rows(x, weight, bias, has_bias), flat(target), ignore_index, label_smoothing,
+                         reduction);
+  return r;
+}
+
+LinearCrossEntropyGrads linear_cross_entropy_backward(const RefTensor& x, const RefTensor& weight,
+                                                      const RefTensor& bias, bool has_bias, const RefTensor& target,
+                                                      const RefTensor& grad_loss, int64_t ignore_index,
+                                                      double label_smoothing, Reduction reduction) {
+  const int64_t out = weight.shape[0], in = weight.shape[1], rows = x.numel() / in;
+  const RefTensor dlogits = cross_entropy_backward(linear_rows(x, weight, bias, has_bias), flat(target),
+                                                   reduction == Reduction::None ? flat(grad_loss) : grad_loss,
+                                                   ignore_index, label_smoothing, reduction);
+  LinearCrossEntropyGrads g{RefTensor(x.shape), RefTensor(weight.shape), RefTensor(Shape{out})};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      const double d = dlogits.data[size_t(r * out + o)];
+      g.dbias.data[size_t(o)] += d;
+      for (int64_t i = 0; i < in; ++i) {
+        g.dx.data[size_t(r * in + i)] += d * weight.data[size_t(o * in + i)];
+        g.dweight.data[size_t(o * in + i)] += d * x.data[size_t(r * in + i)];
+      }
+    }
+  return g;
 }
 
 }  // namespace ember::reference

@@ -26,4 +26,22 @@ RefTensor cross_entropy(const RefTensor& logits, const RefTensor& target, int64_
 RefTensor cross_entropy_backward(const RefTensor& logits, const RefTensor& target, const RefTensor& grad_loss,
                                  int64_t ignore_index, double label_smoothing, Reduction reduction);
 
+// logits = x [..., in] @ weight[out, in]^T (+ bias[out] when has_bias), and the cross-entropy of
+// those logits taken as [rows, out] against target (one class index per row of x, any shape).
+struct LinearCrossEntropy {
+  RefTensor logits, loss;
+};
+LinearCrossEntropy linear_cross_entropy(const RefTensor& x, const RefTensor& weight, const RefTensor& bias,
+                                        bool has_bias, const RefTensor& target, int64_t ignore_index,
+                                        double label_smoothing, Reduction reduction);
+// The gradients of that loss for the upstream gradient grad_loss: dlogits [rows, out] from
+// cross_entropy_backward, dx = dlogits @ weight, dweight = dlogits^T @ x, dbias = column sums.
+struct LinearCrossEntropyGrads {
+  RefTensor dx, dweight, dbias;
+};
+LinearCrossEntropyGrads linear_cross_entropy_backward(const RefTensor& x, const RefTensor& weight,
+                                                      const RefTensor& bias, bool has_bias, const RefTensor& target,
+                                                      const RefTensor& grad_loss, int64_t ignore_index,
+                                                      double label_smoothing, Reduction reduction);
+
 }  // namespace ember::reference

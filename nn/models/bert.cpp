@@ -83,9 +83,14 @@ ModelOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& atte
     h = index_select(h.reshape({-1, h.size(-1)}), 0, index);
     targets = index_select(targets, 0, index);
   }
-  Tensor logits = model_output(cls->forward(h));
-  ModelOutput out{Tensor(), logits};
-  if (labels.defined()) out.loss = cross_entropy(logits.reshape({-1, config.vocab_size}), targets, -100);
+  ModelOutput out;
+  if (labels.defined()) {
+    // The decoder and the loss as one op: one pass writes the logit gradient and its bias sums.
+    MlmHeadOutput head = cls->forward_with_loss(h, targets);
+    out = {head.loss, model_output(head.logits)};
+  } else {
+    out.logits = model_output(cls->forward(h));
+  }
   return scope.exit(std::move(out), &ModelOutput::loss, &ModelOutput::logits);
 }
 

@@ -29,6 +29,25 @@ Tensor TiedLinear::forward(const Tensor& x) {
   return scope.exit(linear(x, weight, bias));
 }
 
+namespace {
+constexpr int64_t kIgnoreIndex = -100;
+
+// The post hooks of `scope` on the logits; logits replaced by a hook get their own loss.
+MlmHeadOutput exit_with_loss(Module::ForwardScope& scope, MlmHeadOutput out, const Tensor& targets) {
+  Tensor logits = scope.exit(out.logits);
+  if (logits.impl() != out.logits.impl())
+    out.loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
+  out.logits = std::move(logits);
+  return out;
+}
+}  // namespace
+
+MlmHeadOutput TiedLinear::forward_with_loss(const Tensor& x, const Tensor& targets) {
+  auto scope = enter_forward();
+  auto [logits, loss] = linear_cross_entropy(x, weight, bias, targets, kIgnoreIndex);
+  return exit_with_loss(scope, {logits, loss}, targets);
+}
+
 BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, const Tensor& decoder_weight)
     : Module("BertLMPredictionHead") {
   auto made_transform = std::make_shared<BertPredictionHeadTransform>(c);
@@ -44,6 +63,11 @@ Tensor BertLMPredictionHead::forward(const Tensor& hidden) {
   return scope.exit(decoder->forward(transform->forward(hidden)));
 }
 
+MlmHeadOutput BertLMPredictionHead::forward_with_loss(const Tensor& hidden, const Tensor& targets) {
+  auto scope = enter_forward();
+  return exit_with_loss(scope, decoder->forward_with_loss(transform->forward(hidden), targets), targets);
+}
+
 BertOnlyMLMHead::BertOnlyMLMHead(const BertConfig& c, const Tensor& decoder_weight) : Module("BertOnlyMLMHead") {
   predictions = register_module("predictions", std::make_shared<BertLMPredictionHead>(c, decoder_weight));
 }
@@ -51,6 +75,11 @@ BertOnlyMLMHead::BertOnlyMLMHead(const BertConfig& c, const Tensor& decoder_weig
 Tensor BertOnlyMLMHead::forward(const Tensor& hidden) {
   auto scope = enter_forward();
   return scope.exit(predictions->forward(hidden));
+}
+
+MlmHeadOutput BertOnlyMLMHead::forward_with_loss(const Tensor& hidden, const Tensor& targets) {
+  auto scope = enter_forward();
+  return exit_with_loss(scope, predictions->forward_with_loss(hidden, targets), targets);
 }
 
 }  // namespace ember::nn

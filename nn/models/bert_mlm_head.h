@@ -20,11 +20,22 @@ class BertPredictionHeadTransform : public Module {
   std::string act;
 };
 
+// The logits of the masked-LM head with the cross-entropy loss against the labels.
+struct MlmHeadOutput {
+  Tensor logits;
+  Tensor loss;
+};
+
 // x W^T + b with weight and bias owned by other modules (tied), as transformers' decoder Linear.
 class TiedLinear : public Module {
  public:
   TiedLinear(const Tensor& weight, const Tensor& bias);
   Tensor forward(const Tensor& x) override;
+  // forward(x) and cross_entropy(logits as [rows, out], targets flattened, ignore_index -100)
+  // as one op (linear_cross_entropy): its backward writes the logit gradient once and sums the
+  // bias gradient in the same pass. The post hooks see the logits as forward's do; a hook that
+  // replaces them gets the loss of its logits.
+  MlmHeadOutput forward_with_loss(const Tensor& x, const Tensor& targets);
   Tensor weight, bias;
 };
 
@@ -34,6 +45,7 @@ class BertLMPredictionHead : public Module {
   // decoder_weight [vocab_size, H]: the word embeddings, shared, not copied.
   BertLMPredictionHead(const BertConfig& c, const Tensor& decoder_weight);
   Tensor forward(const Tensor& hidden) override;
+  MlmHeadOutput forward_with_loss(const Tensor& hidden, const Tensor& targets);  // see TiedLinear
   Tensor bias;  // [vocab_size], zeros; the decoder's bias too
   std::shared_ptr<BertPredictionHeadTransform> transform;
   std::shared_ptr<TiedLinear> decoder;
@@ -43,6 +55,7 @@ class BertOnlyMLMHead : public Module {
  public:
   BertOnlyMLMHead(const BertConfig& c, const Tensor& decoder_weight);
   Tensor forward(const Tensor& hidden) override;
+  MlmHeadOutput forward_with_loss(const Tensor& hidden, const Tensor& targets);  // see TiedLinear
   std::shared_ptr<BertLMPredictionHead> predictions;
 };
 

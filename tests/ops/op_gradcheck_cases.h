@@ -136,6 +136,13 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   const Tensor target = from_vector<int64_t>({1, -100, 4, 0});
   c["cross_entropy"] =
       one_input([target](const Tensor& x) { return cross_entropy(x, target, -100, 0.1); }, random_leaf({4, 5}));
+  const Tensor row_targets = from_vector<int64_t>({2, -100, 0});
+  c["linear_cross_entropy"] = {
+      [row_targets](const V& in) {
+        auto [logits, loss] = linear_cross_entropy(in[0], in[1], in[2], row_targets, -100, 0.1);
+        return V{loss, logits};  // the loss first: its node is the op's own
+      },
+      {random_leaf({3, 4}), random_leaf({5, 4}), random_leaf({5})}};
 
   // pooling: overlapping, padded and ceil-mode windows
   c["max_pool2d"] = {[](const V& in) { return V{max_pool2d(in[0], {3}, {2}, {1}, {1}, true)}; },

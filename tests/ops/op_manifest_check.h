@@ -86,7 +86,7 @@ inline std::map<std::string, std::string> declared_stubs(const SourceTree& tree)
 
 // The functions core/ops.h declares (operators excluded: they are spelled with the named ops).
 inline std::set<std::string> public_ops(const SourceTree& tree) {
-  static const std::regex decl(R"(^(?:Tensor|std::vector<Tensor>)\s+(\w+)\()");
+  static const std::regex decl(R"(^(?:Tensor|std::vector<Tensor>|std::pair<Tensor, Tensor>)\s+(\w+)\()");
   std::set<std::string> out;
   std::istringstream in(tree.read("core/ops.h").value_or(""));
   std::smatch m;

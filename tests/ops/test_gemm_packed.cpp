@@ -2,7 +2,8 @@
 // all four layouts, odd sizes, strided operands and C, alpha and beta, NaN-filled C with
 // beta == 0, k == 0, f32 and bf16 inputs, f32 and bf16 outputs, and the promise that every
 // entry is summed in one order (bitwise equal results for 1 and 2 threads, and between the two
-// micro-kernels). GemmPacked.* run the AVX2 kernel, which every supported CPU has;
+// micro-kernels), and the bias epilogue against seeding C with the bias (GemmBias.*, bit for
+// bit). GemmPacked.* run the AVX2 kernel, which every supported CPU has;
 // GemmPackedAvx512.* the AVX-512 one, skipped on CPUs without AVX-512F.
 //
 // Tolerances. Entry (i, j) is a k-term dot product accumulated in f32. With
@@ -30,6 +31,7 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/parallel.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "test_util.h"
 
@@ -445,4 +447,104 @@ TEST_F(GemmPackedAvx512, MatchesTheAvx2KernelBitForBit) {
       const auto u = q.run(PackedKernel::Avx2, true), v = q.run(PackedKernel::Avx512, true);
       EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0) << g.describe();
     }
+}
+
+// ---- the bias epilogue (packed_gemm's bias argument, cpu::gemm_bias): C = op(A) op(B) + bias
+// must carry exactly the bits of seeding every row of C with the bias and accumulating the
+// product onto it with beta = 1, for f32 and bf16 outputs, edge tiles, several k chunks (a bf16 C
+// then waits in the staging block), column and row bands, and 1 or 2 threads.
+
+namespace {
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  std::string describe() const {
+    return "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+           (trans_a ? " A^T" : " A") + (trans_b ? " B^T" : " B");
+  }
+};
+
+// Full and edge tiles, one and several k chunks (kPackedKc = 256), and wide outputs that the
+// threaded GEMM cuts into column bands.
+const Shape3 kShapes[] = {{1, 1, 1, false, true},     {7, 19, 5, false, true},    {13, 33, 300, true, false},
+                          {64, 100, 256, false, true}, {37, 1000, 600, true, true}, {300, 40, 64, false, false},
+                          {48, 2050, 96, false, true}};
+
+// C (m x n, row stride ldc = n + 3) from the bias epilogue and from seeding, for one element type.
+template <class T, class Gemm, class Seeded>
+void expect_epilogue_matches_seeding(const Gemm& with_bias, const Seeded& seeded) {
+  for (const Shape3& s : kShapes) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(s.describe() + " threads=" + std::to_string(threads));
+      ThreadCount tc(threads);
+      const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n, ldc = s.n + 3;
+      const auto a = random_values<T>(size_t(s.m * s.k)), b = random_values<T>(size_t(s.k * s.n));
+      const auto bias = random_values<T>(size_t(s.n));
+      std::vector<T> got(size_t(s.m * ldc), T(7.0f)), want(size_t(s.m * ldc), T(7.0f));
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) want[size_t(i * ldc + j)] = bias[size_t(j)];
+      with_bias(s, a.data(), lda, b.data(), ldb, bias.data(), got.data(), ldc);
+      seeded(s, a.data(), lda, b.data(), ldb, want.data(), ldc);
+      EXPECT_TRUE(same_bits(got, want));  // the padding after each row stays untouched too
+    }
+  }
+}
+
+template <class T>
+void packed_epilogue_matches_seeding() {
+  const PackedKernel kernel = PackedKernel::Avx2;
+  expect_epilogue_matches_seeding<T>(
+      [&](const Shape3& s, const T* a, int64_t lda, const T* b, int64_t ldb, const T* bias, T* c, int64_t ldc) {
+        ember::cpu::packed_gemm<T, T, T>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc,
+                                         kernel, bias);
+      },
+      [&](const Shape3& s, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+        ember::cpu::packed_gemm<T, T, T>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc,
+                                         kernel);
+      });
+}
+
+template <class T>
+void gemm_bias_matches_seeded_gemm() {
+  expect_epilogue_matches_seeding<T>(
+      [](const Shape3& s, const T* a, int64_t lda, const T* b, int64_t ldb, const T* bias, T* c, int64_t ldc) {
+        ember::cpu::gemm_bias(s.trans_a, s.trans_b, s.m, s.n, s.k, a, lda, b, ldb, bias, c, ldc);
+      },
+      [](const Shape3& s, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+        if constexpr (std::is_same_v<T, float>)
+          ember::cpu::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+        else
+          ember::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+      });
+}
+
+}  // namespace
+
+TEST(GemmBias, PackedF32EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<float>(); }
+TEST(GemmBias, PackedBf16EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<BFloat16>(); }
+TEST(GemmBias, F32MatchesSeededGemm) { gemm_bias_matches_seeded_gemm<float>(); }
+TEST(GemmBias, Bf16MatchesSeededGemm) { gemm_bias_matches_seeded_gemm<BFloat16>(); }
+
+TEST(GemmBias, EmptyInnerDimensionGivesTheBias) {
+  const std::vector<float> bias = {1.5f, -2.0f, 3.25f};
+  std::vector<float> c(6, std::nanf(""));
+  ember::cpu::packed_gemm<float, float, float>(false, true, 2, 3, 0, 1.0f, nullptr, 1, nullptr, 1, 0.0f, c.data(), 3,
+                                               PackedKernel::Avx2, bias.data());
+  EXPECT_EQ(c, std::vector<float>({1.5f, -2.0f, 3.25f, 1.5f, -2.0f, 3.25f}));
+}
+
+TEST(GemmBias, BiasWithNonzeroBetaIsAnError) {
+  const std::vector<float> a(4, 1.0f), b(4, 1.0f), bias(2, 0.0f);
+  std::vector<float> c(4, 0.0f);
+  auto with_beta_one = [&] {
+    ember::cpu::packed_gemm_serial<float, float, float>(false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2, 1.0f,
+                                                        c.data(), 2, PackedKernel::Avx2, bias.data());
+  };
+  EXPECT_THROW(with_beta_one(), ember::Error);
 }
