@@ -22,6 +22,7 @@
 #include "optim/clip_grad.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd_adam.h"
+#include "small_bert.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -226,12 +227,9 @@ std::vector<std::vector<float>> train_two_steps(nn::Module& model, const Tensor&
   return params;
 }
 
+// the shared one-layer BERT, without dropout so both runs see the same forward
 nn::BertConfig small_bert() {
-  nn::BertConfig c = nn::BertConfig::tiny(300);
-  c.hidden_size = 32;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 1;
+  nn::BertConfig c = ember::testing::one_layer_bert_config(300);
   c.hidden_dropout_prob = 0.0;
   c.attention_probs_dropout_prob = 0.0;
   return c;
