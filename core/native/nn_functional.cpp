@@ -1,5 +1,8 @@
 #include "core/native/nn_functional.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/factory.h"
 #include "core/native/copy.h"
 #include "core/native/views.h"
@@ -143,13 +146,18 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult&
 }
 
 LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult& saved,
-                                                      const CrossEntropyArgs& args) {
+                                                      const CrossEntropyArgs& args, const Tensor& scored_rows) {
   const Tensor& logits = saved.logits;
   EMBER_CHECK(logits.dim() == 3 && logits.size(2) == 1,
               "linear_cross_entropy_backward: expected logits saved as [N, C, 1], got shape ", logits.shape());
   const int64_t n = logits.size(0), c = logits.size(1);
+  EMBER_CHECK(!scored_rows.defined() || (scored_rows.dtype() == DType::i64 && scored_rows.dim() == 1 &&
+                                         scored_rows.is_contiguous() && scored_rows.numel() <= n),
+              "linear_cross_entropy_backward: scored rows must be a contiguous int64 vector of at most ", n,
+              " rows, got shape ", scored_rows.shape());
   LinearCrossEntropyGrads grads;
-  grads.grad_logits = make_tensor({n, c}, logits.dtype(), logits.device());
+  grads.grad_logits = make_tensor({scored_rows.defined() ? scored_rows.numel() : n, c}, logits.dtype(),
+                                  logits.device());
   grads.grad_bias = make_tensor({c}, saved.lse.dtype(), logits.device());
   if (n == 0) {
     fill_(grads.grad_bias, 0.0);
@@ -157,8 +165,20 @@ LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& grad_loss, c
   }
   const Tensor g = contiguous(to_dtype(reshape(grad_loss, {-1}), saved.lse.dtype()));
   linear_cross_entropy_backward_stub.call(logits.device(), "linear_cross_entropy_backward")(
-      grads.grad_logits, grads.grad_bias, g, logits, saved.target, saved.lse, args, saved.count);
+      grads.grad_logits, grads.grad_bias, g, logits, saved.target, saved.lse, scored_rows, args, saved.count);
   return grads;
+}
+
+Tensor scored_rows(const CrossEntropyResult& saved, int64_t ignore_index) {
+  const Tensor target = contiguous(to_dtype(reshape(saved.target, {-1}), DType::i64));
+  EMBER_CHECK(target.device().is_cpu(), "scored_rows: expected a target on the CPU, got ", target.device());
+  const int64_t* t = target.data_ptr<int64_t>();
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < target.numel(); ++r)
+    if (t[r] != ignore_index) rows.push_back(r);
+  Tensor out = make_tensor({int64_t(rows.size())}, DType::i64, target.device());
+  if (!rows.empty()) std::copy(rows.begin(), rows.end(), out.data_ptr<int64_t>());
+  return out;
 }
 
 }  // namespace ember::native

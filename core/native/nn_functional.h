@@ -70,10 +70,12 @@ EMBER_DECLARE_STUB(cross_entropy_backward_stub,
 // grad_logits, the gradient of the bias added to every row of the logits, formed from the
 // unrounded values as the rows are written: no second pass over grad_logits. Sums run in
 // double over fixed blocks of rows, the blocks added in order: the same bits for any thread count.
+// With row_index (int64 [S], ascending) defined, grad_logits is [S, C] and holds only the listed
+// rows; grad_bias is the same as when every row is written, provided no unlisted row is scored.
 EMBER_DECLARE_STUB(linear_cross_entropy_backward_stub,
                    void (*)(const Tensor& grad_logits, const Tensor& grad_bias, const Tensor& grad_loss,
                             const Tensor& logits, const Tensor& target, const Tensor& lse,
-                            const CrossEntropyArgs& args, int64_t count));
+                            const Tensor& row_index, const CrossEntropyArgs& args, int64_t count));
 
 struct CrossEntropyResult {
   Tensor loss;
@@ -93,8 +95,13 @@ struct LinearCrossEntropyGrads {
   Tensor grad_bias;    // [C], lse's dtype (f32 for f16/bf16/f32 logits)
 };
 // The gradients of logits [N, C] saved by cross_entropy (two-dimensional logits only) and of a
-// bias added to every one of their rows, in one pass.
+// bias added to every one of their rows, in one pass. With scored_rows (from scored_rows()),
+// grad_logits is [S, C]: the gradient of those rows only, every other row's being zero.
 LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& grad_loss, const CrossEntropyResult& saved,
-                                                      const CrossEntropyArgs& args);
+                                                      const CrossEntropyArgs& args,
+                                                      const Tensor& scored_rows = Tensor());
+// The rows of a saved target [N, 1] whose class is not ignore_index, ascending, as int64 [S]:
+// every other row of the logits' gradient is zero.
+Tensor scored_rows(const CrossEntropyResult& saved, int64_t ignore_index);
 
 }  // namespace ember::native

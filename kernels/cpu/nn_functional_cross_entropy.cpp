@@ -171,13 +171,14 @@ struct BackwardRows {
   const native::CrossEntropyArgs& args;
   int64_t count;
 
-  // Writes row r of grad_logits; adds its unrounded values into bias_sums when given (an
-  // ignored row is zero and adds nothing). buf and grad hold c values each.
-  void write(int64_t r, A* buf, A* grad, double* bias_sums) const {
-    const int64_t base = (r / d) * c * d + r % d;
+  // Writes the gradient of logits row r as row out_r of grad_logits; adds its unrounded values
+  // into bias_sums when given (an ignored row is zero and adds nothing). buf and grad hold c
+  // values each.
+  void write(int64_t r, int64_t out_r, A* buf, A* grad, double* bias_sums) const {
+    const int64_t base = (r / d) * c * d + r % d, out_base = (out_r / d) * c * d + out_r % d;
     const int64_t t = int64_t(tgt[r]);
     const bool direct = std::is_same_v<T, A> && d == 1;
-    A* dst = direct ? reinterpret_cast<A*>(out + base) : grad;
+    A* dst = direct ? reinterpret_cast<A*>(out + out_base) : grad;
     if (t == args.ignore_index) {
       std::fill(dst, dst + c, A(0));
     } else {
@@ -195,7 +196,7 @@ struct BackwardRows {
         for (int64_t i = 0; i < c; ++i) bias_sums[i] += double(dst[i]);
     }
     if (!direct)
-      for (int64_t i = 0; i < c; ++i) out[base + i * d] = T(dst[i]);
+      for (int64_t i = 0; i < c; ++i) out[out_base + i * d] = T(dst[i]);
   }
 };
 
@@ -226,7 +227,7 @@ void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_lo
                         parallel_for(0, rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(c, 1)),
                                      [&](int64_t b, int64_t e) {
                                        std::vector<A> buf(static_cast<size_t>(c)), grad(static_cast<size_t>(c));
-                                       for (int64_t r = b; r < e; ++r) br.write(r, buf.data(), grad.data(), nullptr);
+                                       for (int64_t r = b; r < e; ++r) br.write(r, r, buf.data(), grad.data(), nullptr);
                                      });
                       });
 }
@@ -237,9 +238,25 @@ constexpr int64_t kBiasBlockRows = 256;
 
 void linear_cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_bias, const Tensor& grad_loss,
                                        const Tensor& logits, const Tensor& target, const Tensor& lse,
-                                       const native::CrossEntropyArgs& args, int64_t count) {
+                                       const Tensor& row_index, const native::CrossEntropyArgs& args, int64_t count) {
   const int64_t c = logits.size(1), rows = logits.size(0);
+  // The rows written, ascending: all of them, or only those listed in row_index.
+  std::vector<int64_t> written;
+  if (row_index.defined()) {
+    const int64_t* idx = row_index.data_ptr<int64_t>();
+    written.assign(idx, idx + row_index.numel());
+  }
+  const bool all_rows = !row_index.defined();
+  auto source_row = [&](int64_t k) { return all_rows ? k : written[size_t(k)]; };
+  const int64_t out_rows = all_rows ? rows : int64_t(written.size());
+  // Bias blocks follow the logits' rows, not the written ones: a block sums the same values in
+  // the same order whichever rows are written (a skipped row would only have added zeros).
   const int64_t blocks = (rows + kBiasBlockRows - 1) / kBiasBlockRows;
+  std::vector<int64_t> block_start(size_t(blocks + 1), out_rows);  // first written row of each block
+  for (int64_t blk = 0, k = 0; blk <= blocks; ++blk) {
+    while (k < out_rows && source_row(k) < blk * kBiasBlockRows) ++k;
+    block_start[size_t(blk)] = k;
+  }
   std::vector<double> partial(size_t(std::max<int64_t>(blocks, 1) * c), 0.0);
   visit_backward_rows(grad_logits, grad_loss, logits, target, lse, args, count, "linear_cross_entropy_backward",
                       [&](const auto& br) {
@@ -248,9 +265,8 @@ void linear_cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& 
                           std::vector<A> buf(static_cast<size_t>(c)), grad(static_cast<size_t>(c));
                           for (int64_t blk = b0; blk < b1; ++blk) {
                             double* sums = partial.data() + blk * c;
-                            const int64_t r1 = std::min(rows, (blk + 1) * kBiasBlockRows);
-                            for (int64_t r = blk * kBiasBlockRows; r < r1; ++r)
-                              br.write(r, buf.data(), grad.data(), sums);
+                            for (int64_t k = block_start[size_t(blk)]; k < block_start[size_t(blk + 1)]; ++k)
+                              br.write(source_row(k), k, buf.data(), grad.data(), sums);
                           }
                         });
                         // Blocks added in order, column by column.
