@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -26,6 +27,10 @@ struct NodeState {
 void accumulate_into(Tensor& slot, Tensor g) {
   if (!slot.defined()) {
     slot = std::move(g);
+    return;
+  }
+  if (GradMode::is_enabled() && (slot.requires_grad() || g.requires_grad())) {
+    slot = slot + g;  // create_graph: the sum belongs to the new graph
     return;
   }
   NoGradGuard no_grad;
@@ -68,7 +73,41 @@ struct PassScope {
   }
 };
 
-void run_backward_impl(const Tensors& roots, const Tensors& seeds, bool retain_graph, bool join_enclosing);
+// How one pass runs, besides its roots and seeds.
+struct PassOptions {
+  bool retain_graph = false;
+  bool join_enclosing = false;  // see run_backward_within_pass
+  bool create_graph = false;    // formulas run under grad mode (autograd::grad)
+  // autograd::grad: the edges whose incoming gradients are returned in `captured`; such a
+  // pass runs no AccumulateGrad.
+  const std::vector<Edge>* capture = nullptr;
+  Tensors* captured = nullptr;
+};
+
+void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOptions& opt);
+
+// A gradient from a first_order node under create_graph: the same values behind a node that
+// refuses a second backward, which would otherwise miss that node's second-order terms.
+Tensor not_differentiable_again(const Tensor& g, const std::string& node_name) {
+  Tensor alias = g.detach();
+  record(node_name + "NotDifferentiable", {}, {alias}, [node_name](const Tensors&) -> Tensors {
+    EMBER_FAIL("backward: ", node_name, " does not support double backward: a gradient computed by it with "
+               "create_graph was differentiated again, and its backward formula is first-order only");
+  });
+  return alias;
+}
+
+Tensors apply_node(Node& node, Tensors&& grads, bool create_graph) {
+  if (!create_graph || node.differentiable_backward()) return node.apply(std::move(grads));
+  Tensors out;
+  {
+    NoGradGuard no_grad;
+    out = node.apply(std::move(grads));
+  }
+  for (Tensor& t : out)
+    if (t.defined()) t = not_differentiable_again(t, node.name());
+  return out;
+}
 
 }  // namespace
 
@@ -82,20 +121,44 @@ void queue_callback(std::function<void()> callback) {
 bool in_backward() { return !pass_stack.empty(); }
 
 void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
-  run_backward_impl(roots, seeds, retain_graph, /*join_enclosing=*/false);
+  run_backward_impl(roots, seeds, {.retain_graph = retain_graph});
 }
 
 void run_backward_within_pass(const Tensors& roots, const Tensors& seeds) {
-  run_backward_impl(roots, seeds, /*retain_graph=*/false, /*join_enclosing=*/true);
+  run_backward_impl(roots, seeds, {.join_enclosing = true});
+}
+
+Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs, bool create_graph) {
+  EMBER_CHECK(!outputs.empty(), "grad: no outputs to differentiate");
+  EMBER_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad: ", grad_outputs.size(),
+              " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Edge> capture;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EMBER_CHECK(inputs[i].defined(), "grad: input ", i, " is undefined");
+    EMBER_CHECK(inputs[i].requires_grad(), "grad: input ", i, " of shape ", inputs[i].shape(),
+                " does not require grad");
+    capture.push_back(gradient_edge(inputs[i]));
+  }
+  Tensors captured(inputs.size());
+  run_backward_impl(outputs, grad_outputs,
+                    {.retain_graph = create_graph, .create_graph = create_graph, .capture = &capture,
+                     .captured = &captured});
+  return captured;
 }
 
 namespace {
-void run_backward_impl(const Tensors& roots, const Tensors& seeds, bool retain_graph, bool join_enclosing) {
-  NoGradGuard no_grad;
+void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOptions& opt) {
+  std::optional<NoGradGuard> no_grad;
+  std::optional<EnableGradGuard> with_grad;
+  if (opt.create_graph) {
+    with_grad.emplace();
+  } else {
+    no_grad.emplace();
+  }
   // Backward formulas run in the forward's dtypes; weights change after it, so cached casts go.
   autocast::SuspendGuard no_autocast;
   autocast::clear_cache();
-  PassScope pass(join_enclosing);
+  PassScope pass(opt.join_enclosing);
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> root_nodes;
 
@@ -171,9 +234,14 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, bool retain_g
       }
     }
     Tensors out;
+    if (any && opt.capture) {
+      for (size_t c = 0; c < opt.capture->size(); ++c)
+        if ((*opt.capture)[c].node == node) (*opt.captured)[c] = grads[(*opt.capture)[c].input_nr];
+      if (dynamic_cast<AccumulateGrad*>(node.get())) any = false;  // grad() leaves .grad alone
+    }
     if (any) {
-      out = node->apply(std::move(grads));
-      if (!retain_graph) node->release();
+      out = apply_node(*node, std::move(grads), opt.create_graph);
+      if (!opt.retain_graph) node->release();
       EMBER_CHECK(out.empty() || out.size() == node->next_edges.size(), "backward: ", node->name(),
                   " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
     }

@@ -9,6 +9,17 @@ namespace ember::autograd {
 // grads[i] seeds roots[i]; an undefined seed means ones (only for one-element roots).
 void run_backward(const Tensors& roots, const Tensors& grads, bool retain_graph);
 
+// The gradients of `outputs` (seeded by grad_outputs, an undefined or missing seed meaning ones
+// for a one-element output) with respect to `inputs`, returned rather than added into .grad
+// (torch.autograd.grad): no leaf's .grad changes and no post-accumulate hook runs. An input the
+// gradient does not reach gets an undefined tensor. create_graph: the backward formulas run
+// under grad mode, so the results have history and can be differentiated again (gradient
+// penalties, double backward); the graph is then kept, else freed. A node whose formula is
+// Backward::first_order gives gradients that raise an ember::Error naming it when a later
+// backward reaches them, rather than missing its second-order terms.
+Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs = {},
+             bool create_graph = false);
+
 // run_backward from inside a backward formula, as one part of the pass already running on this
 // thread (ember::checkpoint's recompute): callbacks queued during it join that pass and run when
 // it finishes, so a hook's "after the whole backward" callback still means the outer one.

@@ -103,4 +103,36 @@ GradcheckResult gradcheck(const std::function<std::vector<Tensor>(const std::vec
   return result;
 }
 
+GradcheckResult gradgradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs, GradcheckOptions opt) {
+  std::vector<Tensor> outs;
+  {
+    EnableGradGuard with_grad;
+    outs = fn(inputs);
+  }
+  // Seeds from a fixed pattern in [-1, 1], none zero, so every output's gradient takes part.
+  std::vector<Tensor> args = inputs;
+  for (const Tensor& o : outs) {
+    std::vector<double> v(size_t(o.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = double(int(i * 7 % 11) - 5) / 5.0 + 0.1;
+    args.push_back(from_vector(v, o.shape(), {DType::f64}).requires_grad_());
+  }
+  const size_t n_inputs = inputs.size();
+  auto first_order = [&fn, n_inputs](const std::vector<Tensor>& all) {
+    // gradcheck runs the numeric probes under no-grad mode: those need no graph of the gradient.
+    const bool create_graph = GradMode::is_enabled();
+    EnableGradGuard with_grad;
+    const std::vector<Tensor> ins(all.begin(), all.begin() + int64_t(n_inputs));
+    const std::vector<Tensor> seeds(all.begin() + int64_t(n_inputs), all.end());
+    std::vector<Tensor> wrt;
+    for (const Tensor& t : ins)
+      if (t.defined() && t.requires_grad()) wrt.push_back(t);
+    std::vector<Tensor> grads = autograd::grad(fn(ins), wrt, seeds, create_graph);
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (!grads[i].defined()) grads[i] = zeros(wrt[i].shape(), {wrt[i].dtype()});
+    return grads;
+  };
+  return gradcheck(first_order, args, opt);
+}
+
 }  // namespace ember

@@ -24,4 +24,11 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
 
+// Second order: gradcheck of (inputs, v) -> autograd::grad(fn(inputs), inputs, v, create_graph)
+// over the inputs that require grad, v being fixed seeds for fn's outputs (themselves checked as
+// inputs), so the backward formulas' own backward meets finite differences of the first-order
+// gradient. An input the gradient does not reach counts as a zero gradient.
+GradcheckResult gradgradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
+
 }  // namespace ember

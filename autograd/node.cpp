@@ -40,9 +40,10 @@ Tensors FunctionNode::apply(Tensors&& grads) {
   return fn_(grads);
 }
 
-SavedTensor::SavedTensor(const Tensor& t) {
+SavedTensor::SavedTensor(const Tensor& t, bool keep_history) {
   if (!t.defined()) return;
   tensor_ = t.detach();
+  if (keep_history && t.requires_grad()) with_history_ = t;
   version_ = t.version();
 }
 
@@ -53,7 +54,7 @@ const Tensor& SavedTensor::unpack() const {
                tensor_.shape(), " at version ", version_, ", and it is now at version ", tensor_.version(),
                "; clone() it before the in-place change, or make the change after backward");
   }
-  return tensor_;
+  return with_history_.defined() && GradMode::is_enabled() ? with_history_ : tensor_;
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
@@ -113,8 +114,8 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-void record(std::string name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn) {
-  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(fn));
+void record(std::string name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn, Backward kind) {
+  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(fn), kind);
   node->next_edges.reserve(inputs.size());
   for (const auto& in : inputs) node->next_edges.push_back(gradient_edge(in));
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -2,7 +2,8 @@
 // their arguments (a unit batch for unbatched input, a unit height for conv1d); conv_transpose2d
 // is that convolution's input gradient. So one forward and one backward below serve all three:
 // the transpose swaps the roles of the forward and the input gradient, and of x and dy in the
-// weight gradient.
+// weight gradient. The backward is itself differentiable (autograd::grad with create_graph).
+#include "autograd/functions/convolution_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/native/convolution.h"
@@ -28,29 +29,33 @@ Tensor convolution(ConvCall call, const Tensor& x, const Tensor& w, const Tensor
   Tensor out = native::view(out4, a.output_shape);
   if (!autograd::needs_grad({x, w, b})) return out;
   const bool want_x = x.requires_grad(), want_w = w.requires_grad(), want_b = b.defined() && b.requires_grad();
-  // x is read only for dW and w only for dx, so each is saved only when that one is wanted.
+  // x is read only for dW and w only for dx, so each is saved only when that one is wanted. The
+  // formula uses the differentiable convolution gradients: in an ordinary backward (no grad
+  // mode) they are the native calls, and under create_graph they record a graph of their own.
   autograd::record(
       call.node, {x, w, b}, {out},
-      [call, sx = autograd::save(want_w ? x : Tensor()), sw = autograd::save(want_x ? w : Tensor()),
-       x_shape = x.shape(), w_shape = w.shape(), x4_shape = a.input.shape(), w4_shape = a.weight.shape(),
-       out4_shape = a.output4_shape, p = a.params, want_x, want_w, want_b](const Tensors& g) -> Tensors {
+      [call, sx = autograd::save_with_history(want_w ? x : Tensor()),
+       sw = autograd::save_with_history(want_x ? w : Tensor()), x_shape = x.shape(), w_shape = w.shape(),
+       x4_shape = a.input.shape(), w4_shape = a.weight.shape(), out4_shape = a.output4_shape, p = a.params, want_x,
+       want_w, want_b](const Tensors& g) -> Tensors {
         const Tensor g4 = g[0].reshape(out4_shape);
         Tensor gx, gw, gb;
         if (want_x) {
           const Tensor w4 = sw.unpack().reshape(w4_shape);
-          gx = call.transposed ? native::conv2d(g4, w4, Tensor(), p)
-                               : native::conv2d_backward_input(g4, w4, Tensor(), x4_shape, p);
+          gx = call.transposed ? autograd::conv2d_4d(g4, w4, x4_shape, p)
+                               : autograd::conv2d_input_grad(g4, w4, x4_shape, p);
           gx = gx.reshape(x_shape);
         }
         if (want_w) {
           const Tensor x4 = sx.unpack().reshape(x4_shape);
-          gw = call.transposed ? native::conv2d_backward_weight(x4, g4, w4_shape, p)
-                               : native::conv2d_backward_weight(g4, x4, w4_shape, p);
+          gw = call.transposed ? autograd::conv2d_weight_grad(x4, g4, w4_shape, p)
+                               : autograd::conv2d_weight_grad(g4, x4, w4_shape, p);
           gw = gw.reshape(w_shape);
         }
         if (want_b) gb = sum(g4, {0, 2, 3});
         return {gx, gw, gb};
-      });
+      },
+      autograd::Backward::differentiable);
   return out;
 }
 

@@ -356,6 +356,13 @@ TEST(ConvTranspose2d, GradcheckInF64) {
         return std::vector<Tensor>{conv_transpose2d(in[0], in[1], Tensor(), {1, 2}, {0, 0}, {0, 1}, 2)};
       },
       {leaf({4, 2, 3}), leaf({4, 1, 2, 2})});
+  // output_padding 1 at stride 1 (allowed below dilation 2): the input gradient's convolution
+  // would have a row and a column more than x.
+  ember::testing::expect_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{conv_transpose2d(in[0], in[1], in[2], {1, 1}, {0, 0}, {1, 1}, 1, {2, 2})};
+      },
+      {leaf({1, 2, 3, 3}), leaf({2, 2, 2, 2}), leaf({2})});
 }
 
 // ---- mixed precision

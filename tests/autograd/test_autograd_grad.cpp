@@ -1,0 +1,52 @@
+// autograd::grad: gradients returned rather than accumulated, for leaves and non-leaves;
+// create_graph through a formula that is first-order only fails on the second backward,
+// naming the node; the argument errors.
+#include <cmath>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "test_util.h"
+
+using namespace ember;
+
+TEST(AutogradGrad, ReturnsGradientsAndLeavesDotGradAlone) {
+  Tensor x = from_vector<double>({1.0, 2.0, 3.0}).requires_grad_();
+  Tensor w = from_vector<double>({0.5, -1.0, 2.0}).requires_grad_();
+  Tensor h = x * w;
+  const Tensor y = sum(h * h);  // dy/dx = 2 x w^2, dy/dh = 2 h
+  const std::vector<Tensor> g = autograd::grad({y}, {x, h}, {}, /*create_graph=*/false);
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{0.5, 4.0, 24.0}));
+  EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{1.0, -4.0, 12.0}));
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(g[0].requires_grad());
+}
+
+TEST(AutogradGrad, AnInputTheGradientDoesNotReachGetsAnUndefinedTensor) {
+  Tensor x = from_vector<double>({1.0, 2.0}).requires_grad_();
+  Tensor unused = from_vector<double>({3.0}).requires_grad_();
+  const std::vector<Tensor> g = autograd::grad({sum(x * 3.0)}, {unused, x});
+  EXPECT_FALSE(g[0].defined());
+  EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{3.0, 3.0}));
+}
+
+// exp's backward reads its output without history: its gradient may not be differentiated
+// again, and saying so beats a second derivative that silently misses exp(x) terms.
+TEST(AutogradGrad, SecondBackwardThroughAFirstOrderFormulaNamesIt) {
+  Tensor x = from_vector<double>({0.0, 1.0}).requires_grad_();
+  const Tensor y = exp(x);
+  const Tensor gx = autograd::grad({y}, {x}, {ones({2}, {DType::f64})}, /*create_graph=*/true)[0];
+  EXPECT_NEAR(gx.to_vector<double>()[1], std::exp(1.0), 1e-12);
+  ASSERT_TRUE(gx.requires_grad());
+  EXPECT_EMBER_ERROR(sum(gx).backward(), "ExpBackward", "does not support double backward");
+}
+
+TEST(AutogradGrad, ArgumentErrors) {
+  Tensor x = from_vector<double>({1.0, 2.0}).requires_grad_();
+  const Tensor constant = from_vector<double>({1.0, 2.0});
+  EXPECT_EMBER_ERROR(autograd::grad({sum(x)}, {constant}), "grad: input 0 of shape [2] does not require grad");
+  EXPECT_EMBER_ERROR(autograd::grad({sum(x)}, {x, Tensor()}), "grad: input 1 is undefined");
+  EXPECT_EMBER_ERROR(autograd::grad({sum(x), sum(x)}, {x}, {Tensor()}), "grad: 1 grad_outputs for 2 outputs");
+  EXPECT_EMBER_ERROR(autograd::grad({}, {x}), "grad: no outputs to differentiate");
+  EXPECT_EMBER_ERROR(autograd::grad({x * 2.0}, {x}), "one-element outputs", "[2]");
+}
