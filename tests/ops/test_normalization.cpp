@@ -245,6 +245,17 @@ TEST(LayerNorm, LargeOffsetsAndConstantRows) {
   EXPECT_TRUE(all_close(layer_norm(c, {5}), zeros({2, 5}), 0, 0));
 }
 
+TEST(LayerNorm, ARowGivesTheSameBitsAloneOrAmongOthers) {
+  // the forward kernel takes rows two at a time (see Softmax's test of the same name)
+  for_each_odd_row_count_case([](const Tensor& x) {
+    const int64_t len = x.shape()[1];
+    const Tensor w = random_tensor({len}), b = random_tensor({len});
+    const Tensor y = layer_norm(x, {len}, w, b);
+    for (int64_t r = 0; r < x.shape()[0]; ++r)
+      EXPECT_TRUE(same_bits(y.narrow(0, r, 1), layer_norm(x.narrow(0, r, 1).contiguous(), {len}, w, b))) << "row " << r;
+  });
+}
+
 TEST(LayerNorm, BackwardKernelMatchesReference) {
   // more than one chunk of rows, so the dweight/dbias partial sums are combined
   const std::vector<LayerNormCase> cases = {
