@@ -87,23 +87,25 @@ const T* as_operand(const A* src, int64_t r0, int64_t r1, int64_t width, int64_t
   }
 }
 
-// ---- one row of scores, float and double
+// ---- rows of scores, float and double
 
-// row (n unscaled scores q.k) into probabilities: scaled, masked, exponentiated and normalised with
-// the saved statistics st = {max, 1 / sum}, or with new ones written there.
-void softmax_row(float* row, int64_t n, const float* mask, float scale, float* st, bool compute) {
-  cpu::scores_row(row, row, mask, scale, n);
+// R rows (n unscaled scores q.k each) into probabilities: scaled, masked, exponentiated and
+// normalised with the saved statistics st = {max, 1 / sum} of each row, or with new ones written
+// there. Float rows share kernels/cpu/fused_softmax_rows.h with scaled_masked_softmax.
+template <int R>
+void softmax_rows(float* const* rows, int64_t n, const float* const* mask, float scale, float* st, bool compute) {
   if (compute) {
-    st[0] = cpu::row_max(row, n);
-    st[1] = float(1.0 / cpu::exp_row(row, n, st[0]));
+    cpu::scaled_masked_softmax_rows<R, float>(rows, rows, mask, scale, n, st);
   } else {
-    cpu::exp_row(row, n, st[0]);
+    cpu::scaled_masked_softmax_rows_again<R, float>(rows, rows, mask, scale, n, st);
   }
-  cpu::scale_row(row, n, st[1]);
 }
 
-void softmax_row(double* row, int64_t n, const double* mask, double scale, double* st, bool compute) {
-  for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + (mask ? mask[j] : 0.0);
+template <int R>
+void softmax_rows(double* const* rows, int64_t n, const double* const* mask, double scale, double* st, bool compute) {
+  static_assert(R == 1, "double rows go one at a time");
+  double* row = rows[0];
+  for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + (mask[0] ? mask[0][j] : 0.0);
   if (compute) {
     double m = -std::numeric_limits<double>::infinity();
     bool nan = false;
@@ -145,19 +147,31 @@ void softmax_grad_row(double* dr, const double* p, int64_t n, double scale) {
 
 // Rows [i0, i1) of the pair's probabilities into s (ld len_k): the scores q k^T over the block's
 // keys, then each row's softmax over the keys it sees (zeros up to `zero_to` beyond them).
+// mask_buf holds two rows of len_k.
 template <typename T, typename A>
 void probability_rows(const AttentionProblem& a, int64_t pair, int64_t i0, int64_t i1, Rows<const T> q,
                       Rows<const T> k, const cpu::MaskRows<A>& masks, A* mask_buf, A* stats, bool compute_stats,
                       A* s, int64_t zero_to) {
   const int64_t len_k = a.len_k;
   product(false, true, i1 - i0, block_width(a, i1), a.dim_qk, q.p + i0 * q.ld, q.ld, k.p, k.ld, s + i0 * len_k, len_k);
-  for (int64_t i = i0; i < i1; ++i) {
+  // rows i .. i + R - 1, which see the same keys
+  auto softmax_group = [&](int64_t i, auto group) {
+    constexpr int R = decltype(group)::value;
     const int64_t r = pair * a.len_q + i, n = visible_keys(a, i);
-    A* row = s + i * len_k;
-    const A* mr = masks.defined() ? masks.row(r, len_k, mask_buf) : nullptr;
-    softmax_row(row, n, mr, A(a.scale), stats + 2 * r, compute_stats);
-    std::fill(row + n, row + std::max(n, zero_to), A(0));
+    A* row[R];
+    const A* mr[R];
+    for (int t = 0; t < R; ++t) {
+      row[t] = s + (i + t) * len_k;
+      mr[t] = masks.defined() ? masks.row(r + t, len_k, mask_buf + t * len_k) : nullptr;
+    }
+    softmax_rows<R>(row, n, mr, A(a.scale), stats + 2 * r, compute_stats);
+    for (int t = 0; t < R; ++t) std::fill(row[t] + n, row[t] + std::max(n, zero_to), A(0));
+  };
+  // rows in pairs where they see the same keys: float rows of a problem that is not causal
+  if constexpr (std::is_same_v<A, float>) {
+    if (!a.causal) return cpu::for_row_pairs(i0, i1, softmax_group);
   }
+  for (int64_t i = i0; i < i1; ++i) softmax_group(i, std::integral_constant<int, 1>{});
 }
 
 // out[j] = sum_i lhs[i, j] rhs[i] for every key j (lhs [len_q, len_k], ld len_k: P_drop or dS):
@@ -193,7 +207,7 @@ void attention_forward(const AttentionProblem& a, const AttentionOperand& out, c
   const int64_t block = block_rows(a);
   parallel_for(0, a.pairs(), 1, [&](int64_t p0, int64_t p1) {
     A* s = cpu::thread_scratch<A>(0, size_t(square));
-    A* mask_buf = cpu::thread_scratch<A>(1, size_t(len_k));
+    A* mask_buf = cpu::thread_scratch<A>(1, 2 * size_t(len_k));
     T* op_buf = cpu::thread_scratch<T>(2, std::is_same_v<T, A> ? 0 : size_t(square));
     for (int64_t pair = p0; pair < p1; ++pair) {
       const Rows<const T> q = rows_of<const T>(a.q, pair, a.inner), k = rows_of<const T>(a.k, pair, a.inner),
@@ -228,7 +242,7 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
     A* p = cpu::thread_scratch<A>(0, size_t(square));
     A* pd = cpu::thread_scratch<A>(1, kp ? size_t(square) : 0);
     A* dp = cpu::thread_scratch<A>(2, size_t(square));
-    A* mask_buf = cpu::thread_scratch<A>(3, size_t(len_k));
+    A* mask_buf = cpu::thread_scratch<A>(3, 2 * size_t(len_k));
     T* op_buf = cpu::thread_scratch<T>(4, std::is_same_v<T, A> ? 0 : size_t(square));
     for (int64_t pair = p0; pair < p1; ++pair) {
       const Rows<const T> q = rows_of<const T>(a.q, pair, a.inner), k = rows_of<const T>(a.k, pair, a.inner),

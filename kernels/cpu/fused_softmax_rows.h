@@ -1,26 +1,25 @@
-// Softmax of one float row with an additive mask, the pieces shared by the fused softmax and
-// the fused attention kernels (kernels/cpu/fused_softmax.cpp, fused_attention.cpp), so both
-// compute, and recompute in their backward passes, the same probabilities bit for bit:
-//   v = x * scale + mask,  m = max v,  e = exp(v - m),  y = e * (1 / sum e).
-// Row sums accumulate in float lanes flushed into double every 512 elements.
+// Softmax of float rows with an additive mask, the pieces shared by the fused softmax and the
+// fused attention kernels (kernels/cpu/fused_softmax.cpp, fused_attention.cpp), so both compute,
+// and recompute in their backward passes, the same probabilities bit for bit:
+//   v = x * scale + mask,  then the row softmax of kernels/cpu/softmax_rows.h (R rows at a time,
+//   each row's bits the same alone or in a group).
 #pragma once
 #include <algorithm>
-#include <cmath>
-#include <limits>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/row_groups.h"
+#include "kernels/cpu/softmax_rows.h"
 #include "kernels/cpu/vec_half.h"
 
 namespace ember::cpu {
 
 using vec8::convert_row;
-using vec8::exp8;
 using vec8::f8;
 using vec8::hsum;
-using vec8::i8;
 using vec8::kLanes;
 using vec8::load8;
 using vec8::load_tail;
@@ -38,8 +37,6 @@ inline void with_lane_type(DType dt, const char* op, const Fn& fn) {
   }
 }
 
-constexpr int64_t kSoftmaxFlush = 64 * vec8::kLanes;
-
 // Row r of the mask (x's shape through broadcast strides) as values of type A, either in place
 // (contiguous row of A) or gathered into buf.
 template <typename A>
@@ -50,19 +47,32 @@ class MaskRows {
     base_ = static_cast<const char*>(mask.raw_data());
     dtype_ = mask.dtype();
     elem_ = int64_t(mask.element_size());
-    const int64_t nd = int64_t(shape.size());
-    last_stride_ = mask.strides()[size_t(nd - 1)];
-    sizes_.assign(shape.begin(), shape.end() - 1);
-    strides_.assign(mask.strides().begin(), mask.strides().end() - 1);
+    const size_t nd = shape.size();
+    last_stride_ = mask.strides()[nd - 1];
+    // the dims before the last, size-1 dims dropped and neighbours that step as one dim merged
+    // (a padding mask's broadcast heads and query rows become one dim of stride 0)
+    for (size_t d = 0; d + 1 < nd; ++d) {
+      const int64_t size = shape[d], stride = mask.strides()[d];
+      if (size == 1) continue;
+      if (!sizes_.empty() && strides_.back() == stride * size) {
+        sizes_.back() *= size;
+        strides_.back() = stride;
+      } else {
+        sizes_.push_back(size);
+        strides_.push_back(stride);
+      }
+    }
   }
   bool defined() const { return defined_; }
 
   const A* row(int64_t r, int64_t len, A* buf) const {
+    // a division a dim but the outermost (r is below the row count); none for a stride-0 dim's index
     int64_t off = 0;
-    for (int64_t d = int64_t(sizes_.size()) - 1; d >= 0; --d) {
-      off += (r % sizes_[size_t(d)]) * strides_[size_t(d)];
-      r /= sizes_[size_t(d)];
+    for (size_t d = sizes_.size(); d-- > 1;) {
+      if (strides_[d] != 0) off += (r % sizes_[d]) * strides_[d];
+      r /= sizes_[d];
     }
+    if (!sizes_.empty()) off += r * strides_[0];
     const char* p = base_ + off * elem_;
     if (dtype_ == dtype_of<A>::value && last_stride_ == 1) return reinterpret_cast<const A*>(p);
     if constexpr (std::is_same_v<A, double>) {
@@ -104,57 +114,26 @@ void scores_row(float* v, const T* x, const float* mask, float scale, int64_t n)
   for (; i < n; ++i) v[i] = float(x[i]) * scale + (mask ? mask[i] : 0.0f);
 }
 
-// Max of v, or NaN when v holds one.
-inline float row_max(const float* v, int64_t n) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  f8 m = f8{} + ninf;
-  i8 nan = i8{};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const f8 x = load8(v + i);
-    nan |= x != x;
-    m = x > m ? x : m;
-  }
-  if (i < n) {
-    const f8 x = load_tail(v + i, n - i, ninf);
-    nan |= x != x;
-    m = x > m ? x : m;
-  }
-  float best = ninf;
-  bool any_nan = false;
-  for (int k = 0; k < kLanes; ++k) {
-    best = m[k] > best ? m[k] : best;
-    any_nan |= nan[k] != 0;
-  }
-  return any_nan ? std::numeric_limits<float>::quiet_NaN() : best;
+// Probabilities of R rows: y[r] = softmax(x[r] * scale + mask[r]) (mask[r] may be null; y[r]
+// holds the scores on the way, x[r] may be y[r]). Row r's statistics {max, 1 / sum} go to
+// st[2r], st[2r + 1].
+template <int R, typename T>
+void scaled_masked_softmax_rows(float* const* y, const T* const* x, const float* const* mask, float scale, int64_t n,
+                                float* st) {
+  for (int r = 0; r < R; ++r) scores_row(y[r], x[r], mask[r], scale, n);
+  float m[R], inv[R];
+  softmax_rows<R>(y, y, n, m, inv);
+  for (int r = 0; r < R; ++r) st[2 * r] = m[r], st[2 * r + 1] = inv[r];
 }
 
-// e = exp(v - m) in place; returns the sum of e (float lanes flushed into double).
-inline double exp_row(float* v, int64_t n, float m) {
-  double total = 0;
-  for (int64_t b = 0; b < n; b += kSoftmaxFlush) {
-    const int64_t end = std::min(n, b + kSoftmaxFlush);
-    f8 acc = f8{};
-    int64_t i = b;
-    for (; i + kLanes <= end; i += kLanes) {
-      const f8 e = exp8(load8(v + i) - m);
-      store8(v + i, e);
-      acc += e;
-    }
-    if (i < end) {
-      const f8 e = exp8(load_tail(v + i, end - i, -std::numeric_limits<float>::infinity()) - m);
-      store_tail(v + i, e, end - i);
-      acc += e;
-    }
-    total += hsum(acc);
-  }
-  return total;
-}
-
-inline void scale_row(float* v, int64_t n, float s) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store8(v + i, load8(v + i) * s);
-  for (; i < n; ++i) v[i] *= s;
+// The same y again, bit for bit, from the statistics scaled_masked_softmax_rows gave.
+template <int R, typename T>
+void scaled_masked_softmax_rows_again(float* const* y, const T* const* x, const float* const* mask, float scale,
+                                      int64_t n, const float* st) {
+  for (int r = 0; r < R; ++r) scores_row(y[r], x[r], mask[r], scale, n);
+  float m[R], inv[R];
+  for (int r = 0; r < R; ++r) m[r] = st[2 * r], inv[r] = st[2 * r + 1];
+  softmax_rows_from_stats<R>(y, y, n, m, inv);
 }
 
 // sum of a[i] * b[i]

@@ -21,20 +21,24 @@ struct RowStats {
 namespace ln_detail {
 constexpr int64_t kFlush = 64 * vec8::kLanes;
 
-// sum over i < n of term(i) (an f8 of 8 elements, or of the last n - i padded with zeros).
-template <typename Term>
-double lane_sum(int64_t n, const Term& term) {
+// total[r] = sum over i < n of term(r, i, k) (an f8 of the k = 8 elements at i, or of the last
+// k < 8 padded with zeros) for R rows at once: their chains of adds overlap, and each row's sum is
+// the same whatever R is.
+template <int R, typename Term>
+void lane_sums(double* total, int64_t n, const Term& term) {
   using namespace vec8;
-  double total = 0;
+  for (int r = 0; r < R; ++r) total[r] = 0;
   for (int64_t b = 0; b < n; b += kFlush) {
     const int64_t e = std::min(n, b + kFlush);
-    f8 acc = f8{};
+    f8 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = f8{};
     int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes) acc += term(i, kLanes);
-    if (i < e) acc += term(i, e - i);
-    total += hsum(acc);
+    for (; i + kLanes <= e; i += kLanes)
+      for (int r = 0; r < R; ++r) acc[r] += term(r, i, kLanes);
+    if (i < e)
+      for (int r = 0; r < R; ++r) acc[r] += term(r, i, e - i);
+    for (int r = 0; r < R; ++r) total[r] += hsum(acc[r]);
   }
-  return total;
 }
 
 inline vec8::f8 load_n(const float* p, int64_t i, int64_t k) {
@@ -42,20 +46,28 @@ inline vec8::f8 load_n(const float* p, int64_t i, int64_t k) {
 }
 }  // namespace ln_detail
 
-// Mean and 1 / sqrt(biased variance + eps) of h[0, n), n >= 1.
-inline RowStats layer_norm_row_stats(const float* h, int64_t n, double eps) {
+// Mean and 1 / sqrt(biased variance + eps) of R rows h[r][0, n), n >= 1, at once (a row's
+// statistics are the same alone or in a group).
+template <int R>
+void layer_norm_rows_stats(RowStats* stats, const float* const* h, int64_t n, double eps) {
   using namespace vec8;
   using ln_detail::load_n;
-  const double mean = ln_detail::lane_sum(n, [&](int64_t i, int64_t k) { return load_n(h, i, k); }) / double(n);
-  const float m = float(mean);
-  const double var = ln_detail::lane_sum(n,
-                                         [&](int64_t i, int64_t k) {
-                                           // padded lanes hold m - m = 0
-                                           const f8 d = (k == kLanes ? load8(h + i) : load_tail(h + i, k, m)) - m;
-                                           return d * d;
-                                         }) /
-                     double(n);
-  return {m, float(1.0 / std::sqrt(var + eps))};
+  double sum[R], sq[R];
+  ln_detail::lane_sums<R>(sum, n, [&](int r, int64_t i, int64_t k) { return load_n(h[r], i, k); });
+  float m[R];
+  for (int r = 0; r < R; ++r) m[r] = float(sum[r] / double(n));
+  ln_detail::lane_sums<R>(sq, n, [&](int r, int64_t i, int64_t k) {
+    // padded lanes hold m - m = 0
+    const f8 d = (k == kLanes ? load8(h[r] + i) : load_tail(h[r] + i, k, m[r])) - m[r];
+    return d * d;
+  });
+  for (int r = 0; r < R; ++r) stats[r] = {m[r], float(1.0 / std::sqrt(sq[r] / double(n) + eps))};
+}
+
+inline RowStats layer_norm_row_stats(const float* h, int64_t n, double eps) {
+  RowStats s;
+  layer_norm_rows_stats<1>(&s, &h, n, eps);
+  return s;
 }
 
 // y = (h - mean) * rstd * w + b; w and b may be null (ones, zeros). y may alias h.

@@ -8,9 +8,11 @@
 // do not depend on the thread count.
 //
 // Measured on AMD EPYC Zen 3 (AVX2), one thread, forward then backward of [2048, 256] f32 with
-// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd; best of many runs on a shared
-// machine): 0.88 ns per element, 22.9 GB/s counted as 5 f32 words per element, 0.44 of the 52 GB/s
-// L3 copy bandwidth (1.22 ns before the backward row became one pass plus the dh pass).
+// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd; best of 18 runs on a shared machine,
+// alternating with the previous library): 0.73 ns per element, 27.3 GB/s counted as 5 f32 words
+// per element, 0.48 of the 56.5 GB/s L3 copy bandwidth (0.94 ns, 21.2 GB/s, before the forward
+// took rows in pairs: a row's two sums are chains of dependent adds, which a pair overlaps;
+// 1.22 ns before the backward row became one pass plus the dh pass).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -20,6 +22,7 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/layer_norm_rows.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec_half.h"
 
@@ -37,25 +40,33 @@ void layer_norm_forward_lanes(T* y, float* mean_out, float* rstd_out, const T* x
                               int64_t rows, int64_t cols, double eps) {
   const int64_t grain = std::max<int64_t>(1, 16384 / cols);
   parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
-    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : size_t(cols));
-    for (int64_t r = rb; r < re; ++r) {
-      const float* xr;
-      if constexpr (std::is_same_v<T, float>) {
-        xr = x + r * cols;
-      } else {
-        cpu::vec8::convert_row(in_buf.data(), x + r * cols, cols);
-        xr = in_buf.data();
+    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : 2 * size_t(cols));
+    // rows in pairs, so their statistics' chains of adds overlap
+    cpu::for_row_pairs(rb, re, [&](int64_t r, auto group) {
+      constexpr int R = decltype(group)::value;
+      const float* xr[R];
+      for (int k = 0; k < R; ++k) {
+        if constexpr (std::is_same_v<T, float>) {
+          xr[k] = x + (r + k) * cols;
+        } else {
+          cpu::vec8::convert_row(in_buf.data() + k * cols, x + (r + k) * cols, cols);
+          xr[k] = in_buf.data() + k * cols;
+        }
       }
-      const cpu::RowStats st = cpu::layer_norm_row_stats(xr, cols, eps);
-      mean_out[r] = st.mean;
-      rstd_out[r] = st.rstd;
-      if constexpr (std::is_same_v<T, float>) {
-        cpu::layer_norm_apply_row(y + r * cols, xr, cols, st, w, b);
-      } else {
-        cpu::layer_norm_apply_row(in_buf.data(), xr, cols, st, w, b);
-        cpu::vec8::convert_row(y + r * cols, in_buf.data(), cols);
+      cpu::RowStats st[R];
+      cpu::layer_norm_rows_stats<R>(st, xr, cols, eps);
+      for (int k = 0; k < R; ++k) {
+        mean_out[r + k] = st[k].mean;
+        rstd_out[r + k] = st[k].rstd;
+        if constexpr (std::is_same_v<T, float>) {
+          cpu::layer_norm_apply_row(y + (r + k) * cols, xr[k], cols, st[k], w, b);
+        } else {
+          float* out = in_buf.data() + k * cols;
+          cpu::layer_norm_apply_row(out, xr[k], cols, st[k], w, b);
+          cpu::vec8::convert_row(y + (r + k) * cols, out, cols);
+        }
       }
-    }
+    });
   });
 }
 

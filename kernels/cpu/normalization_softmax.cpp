@@ -13,7 +13,8 @@
 // BM_Softmax, median of 5, old and new libraries alternating): 0.64 ns per element, 12.5 GB/s
 // (0.77 ns one row at a time; 0.81 before the exp pass wrote straight into y). Compute-bound:
 // each element costs an exp (16 vector instructions per 8 lanes), and a row's max, exp and sum
-// are chains of dependent steps, so rows are taken two at a time to overlap their chains.
+// are chains of dependent steps, so rows are taken two at a time to overlap their chains (the
+// row code of kernels/cpu/softmax_rows.h, which the scaled masked softmax shares).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/softmax_rows.h"
 #include "kernels/cpu/vec8.h"
 #include "kernels/cpu/vec_half.h"
 
@@ -31,37 +33,12 @@ namespace ember {
 namespace {
 using native::SoftmaxGeometry;
 using namespace cpu::vec8;
+using cpu::exp_shifted_rows;
+using cpu::kSoftmaxFlush;
+using cpu::rows_max;
 
 constexpr int64_t kGrainElems = 8192;
 constexpr int64_t kColTile = 16;  // columns transposed into rows at a time
-
-// Max of R float rows, NaNs ignored: a NaN anywhere still makes the whole row NaN, through its
-// exp and so the row sum, without a compare per element here. Two lanes of accumulators per
-// row, so the compares do not wait on each other; max is exact, so the order does not matter.
-template <int R>
-void rows_max(float* m, const float* const* v, int64_t n) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  f8 a[R], b[R];
-  for (int r = 0; r < R; ++r) a[r] = b[r] = f8{} + ninf;
-  int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes)
-    for (int r = 0; r < R; ++r) {
-      const f8 x = load8(v[r] + i), x2 = load8(v[r] + i + kLanes);
-      a[r] = x > a[r] ? x : a[r];
-      b[r] = x2 > b[r] ? x2 : b[r];
-    }
-  for (; i + kLanes <= n; i += kLanes)
-    for (int r = 0; r < R; ++r) {
-      const f8 x = load8(v[r] + i);
-      a[r] = x > a[r] ? x : a[r];
-    }
-  if (i < n)
-    for (int r = 0; r < R; ++r) {
-      const f8 x = load_tail(v[r] + i, n - i, ninf);
-      b[r] = x > b[r] ? x : b[r];
-    }
-  for (int r = 0; r < R; ++r) m[r] = hmax(a[r] > b[r] ? a[r] : b[r]);
-}
 
 float row_max(const float* v, int64_t n) {
   float m;
@@ -71,12 +48,11 @@ float row_max(const float* v, int64_t n) {
 
 // Sums of a float row (or of elementwise products a*b) in double: float lanes are flushed
 // into double every block, so long rows keep double accuracy.
-constexpr int64_t kFlushEvery = 64 * kLanes;
 template <typename Load>
 double row_sum(int64_t n, const Load& load) {
   double total = 0;
-  for (int64_t b = 0; b < n; b += kFlushEvery) {
-    const int64_t e = std::min(n, b + kFlushEvery);
+  for (int64_t b = 0; b < n; b += kSoftmaxFlush) {
+    const int64_t e = std::min(n, b + kSoftmaxFlush);
     f8 acc = f8{};
     int64_t i = b;
     for (; i + kLanes <= e; i += kLanes) acc += load(i, kLanes);
@@ -84,40 +60,6 @@ double row_sum(int64_t n, const Load& load) {
     total += hsum(acc);
   }
   return total;
-}
-
-// Writes exp(v[r] - m[r]) into e[r] (when e is not null) and stores its sum in total[r], for R
-// rows at once: their chains of exp steps and of the sums' horizontal adds overlap. Each row's
-// arithmetic is the same whatever R is, so a row gives the same bits alone or in a pair.
-template <int R>
-void exp_shifted_rows(double* total, float* const* e, const float* const* v, int64_t n, const float* m) {
-  for (int r = 0; r < R; ++r) total[r] = 0;
-  for (int64_t b = 0; b < n; b += kFlushEvery) {
-    const int64_t end = std::min(n, b + kFlushEvery);
-    f8 acc[R], acc2[R];  // two chains of adds per row, so they do not set the pace
-    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = f8{};
-    int64_t i = b;
-    for (; i + 2 * kLanes <= end; i += 2 * kLanes)
-      for (int r = 0; r < R; ++r) {
-        const f8 x = exp8(load8(v[r] + i) - m[r]), x2 = exp8(load8(v[r] + i + kLanes) - m[r]);
-        if (e) store8(e[r] + i, x), store8(e[r] + i + kLanes, x2);
-        acc[r] += x;
-        acc2[r] += x2;
-      }
-    for (; i + kLanes <= end; i += kLanes)
-      for (int r = 0; r < R; ++r) {
-        const f8 x = exp8(load8(v[r] + i) - m[r]);
-        if (e) store8(e[r] + i, x);
-        acc[r] += x;
-      }
-    if (i < end)
-      for (int r = 0; r < R; ++r) {
-        const f8 x = exp8(load_tail(v[r] + i, end - i, -std::numeric_limits<float>::infinity()) - m[r]);
-        if (e) store_tail(e[r] + i, x, end - i);
-        acc[r] += x;
-      }
-    for (int r = 0; r < R; ++r) total[r] += hsum(acc[r] + acc2[r]);
-  }
 }
 
 double exp_shifted(float* e, const float* v, int64_t n, float m) {
@@ -129,24 +71,14 @@ double exp_shifted(float* e, const float* v, int64_t n, float m) {
 
 // ---- one row, in float (f32/f16/bf16 data) or double (f64)
 
-// y[r] = softmax(x[r]) for R rows at once (see exp_shifted_rows); x and y may alias.
+// y[r] = softmax(x[r]) for R rows at once (kernels/cpu/softmax_rows.h); x and y may alias.
 template <int R>
 void softmax_rows(float* const* y, const float* const* x, int64_t n) {
-  float m[R];
-  rows_max<R>(m, x, n);
-  double total[R];
-  exp_shifted_rows<R>(total, y, x, n, m);
-  float inv[R];
-  for (int r = 0; r < R; ++r) inv[r] = float(1.0 / total[r]);
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int r = 0; r < R; ++r) store8(y[r] + i, load8(y[r] + i) * inv[r]);
-  for (; i < n; ++i)
-    for (int r = 0; r < R; ++r) y[r][i] *= inv[r];
+  float m[R], inv[R];
+  cpu::softmax_rows<R>(y, x, n, m, inv);
 }
 
-// y = softmax(x) or log_softmax(x); x and y may alias. Softmax writes exp(x - max) straight into
-// y and scales it there, so a row is read twice and written twice while it sits in L1.
+// y = softmax(x) or log_softmax(x); x and y may alias.
 void softmax_row(float* y, const float* x, int64_t n, bool log) {
   if (!log) return softmax_rows<1>(&y, &x, n);
   // (x - max) is exact for nearby values; subtracting log(sum) after keeps small results accurate
