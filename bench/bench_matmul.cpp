@@ -16,7 +16,9 @@
 //   bf16_<path>/<shape>     a bf16 product forced onto one bf16 GEMM path (kernels/cpu/gemm_bf16.h):
 //                           onednn (label names oneDNN's ISA: avx512_core_amx, or
 //                           avx512_core_bf16 when run with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16),
-//                           avx512bf16 (Ember's vdpbf16ps kernel), widened (f32 GEMM). Shapes
+//                           avx512bf16 (Ember's vdpbf16ps kernel), widened (f32 GEMM), amx
+//                           (Ember's AMX tile kernel; skipped without AMX, never chosen
+//                           automatically until these rows are measured). Shapes
 //                           from a small BERT (hidden 256, FFN 1024, 2048 tokens, 64 x 128 attention):
 //                             fc1      2048x256x1024   x @ W^T
 //                             fc2      2048x1024x256   x @ W^T
@@ -218,7 +220,8 @@ void register_bf16_paths() {
                           {"square", 1, 1024, 1024, 1024, false, false}};
   for (int threads : {1, 2})
     for (const Shape& s : shapes)
-      for (Bf16GemmPath path : {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Widened}) {
+      for (Bf16GemmPath path :
+           {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Widened, Bf16GemmPath::Amx}) {
         const Bf16Problem p{s.batch, s.m, s.k, s.n, s.trans_a, s.trans_b, threads, path};
         std::string name = std::string("bf16_") + ember::cpu::bf16_gemm_path_name(path) + "/" + s.name;
         name += threads == 1 ? "/1thread" : "/2threads";

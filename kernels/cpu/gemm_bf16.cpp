@@ -9,6 +9,11 @@
 //
 // avx512bf16: Ember's blocked vdpbf16ps kernel (gemm_bf16_avx512.cpp), band by band.
 //
+// amx: Ember's AMX tile kernel (gemm_bf16_amx.cpp), band by band. Forced only (EMBER_BF16_GEMM=amx
+// or set_bf16_gemm_path) until bench_matmul's bf16_amx rows have been measured on an AMX machine:
+// the aim is 60% of the tdpbf16ps peak on one core at the BERT shapes below, including the
+// dY^T @ X weight gradient that oneDNN 2.6 sends to a kernel without AMX.
+//
 // widened: Ember's packed GEMM (gemm_packed.h), which widens blocks of the operands to f32 as it
 // packs them and runs its f32 micro-kernels. (Until it existed the operands were converted
 // whole and sent to oneDNN's sgemm: the "widened" column of the table below.)
@@ -68,6 +73,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_amx.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemm_bands.h"
 #include "kernels/cpu/gemm_packed.h"
@@ -196,13 +202,17 @@ bool fallback_to_own_kernel(int64_t m, int64_t n, int64_t k) {
              : dot_product_kernel_wins();
 }
 
-// Ember's kernel, one band per pool thread.
-template <typename Out>
+// One of Ember's kernels (Kernel: Avx512Bf16 or Amx), one band per pool thread.
+template <Bf16GemmPath Kernel = Bf16GemmPath::Avx512Bf16, typename Out>
 void own_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
               const BFloat16* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
+  static_assert(Kernel == Bf16GemmPath::Avx512Bf16 || Kernel == Bf16GemmPath::Amx);
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const BFloat16* ab, const BFloat16* bb, Out* cb) {
-                  gemm_bf16_avx512_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                  if constexpr (Kernel == Bf16GemmPath::Amx)
+                    gemm_bf16_amx_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                  else
+                    gemm_bf16_avx512_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
                 });
 }
 
@@ -241,11 +251,12 @@ void onednn_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 ForcedChoice<Bf16GemmPath>& forced_path() {
   static ForcedChoice<Bf16GemmPath> forced("EMBER_BF16_GEMM", {{"onednn", Bf16GemmPath::OneDnn},
                                                                 {"avx512bf16", Bf16GemmPath::Avx512Bf16},
-                                                                {"widened", Bf16GemmPath::Widened}});
+                                                                {"widened", Bf16GemmPath::Widened},
+                                                                {"amx", Bf16GemmPath::Amx}});
   return forced;
 }
 
-// The measured choice (numbers at the top of this file).
+// The measured choice (numbers at the top of this file). Never amx: not measured yet.
 Bf16GemmPath automatic_path() {
   if (cpu_capability() != CpuCapability::Avx512) return Bf16GemmPath::Widened;
   if (cpu_features().amx_bf16) return Bf16GemmPath::OneDnn;
@@ -266,6 +277,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       return;
     case Bf16GemmPath::Avx512Bf16:
       own_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    case Bf16GemmPath::Amx:
+      own_gemm<Bf16GemmPath::Amx>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     case Bf16GemmPath::OneDnn:
       if (double(m) * double(n) * double(k) < kMinPrimitiveWork || !native_kernel_safe(k)) {
@@ -290,6 +304,7 @@ const char* bf16_gemm_path_name(Bf16GemmPath path) {
     case Bf16GemmPath::OneDnn: return "onednn";
     case Bf16GemmPath::Avx512Bf16: return "avx512bf16";
     case Bf16GemmPath::Widened: return "widened";
+    case Bf16GemmPath::Amx: return "amx";
   }
   return "unknown";
 }
@@ -299,24 +314,37 @@ bool bf16_gemm_path_available(Bf16GemmPath path) {
     case Bf16GemmPath::OneDnn: return cpu_capability() == CpuCapability::Avx512;
     case Bf16GemmPath::Avx512Bf16: return cpu_capability() == CpuCapability::Avx512 && cpu_features().avx512_bf16;
     case Bf16GemmPath::Widened: return true;
+    case Bf16GemmPath::Amx:
+      return cpu_capability() == CpuCapability::Avx512 && cpu_features().amx_bf16 && amx_tiles_usable();
   }
   return false;
 }
+
+namespace {
+
+// Why `path` cannot run here, for the errors below.
+std::string unavailable_reason(Bf16GemmPath path) {
+  std::string why = std::string("this CPU at capability ") + cpu_capability_name(cpu_capability()) +
+                    " cannot run the " + bf16_gemm_path_name(path) + " bf16 GEMM";
+  if (path == Bf16GemmPath::Amx && cpu_capability() == CpuCapability::Avx512 && cpu_features().amx_bf16)
+    why += ": " + amx_tiles_unusable_reason();
+  return why;
+}
+
+}  // namespace
 
 Bf16GemmPath bf16_gemm_path() {
   const std::optional<Bf16GemmPath> forced = forced_path().get();
   if (!forced) return automatic_path();
   const Bf16GemmPath path = *forced;
   EMBER_CHECK(bf16_gemm_path_available(path), "gemm: the ", bf16_gemm_path_name(path),
-              " bf16 GEMM was forced (EMBER_BF16_GEMM or set_bf16_gemm_path) but this CPU at capability ",
-              cpu_capability_name(cpu_capability()), " cannot run it");
+              " bf16 GEMM was forced (EMBER_BF16_GEMM or set_bf16_gemm_path) but ", unavailable_reason(path));
   return path;
 }
 
 void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
   if (path)
-    EMBER_CHECK(bf16_gemm_path_available(*path), "set_bf16_gemm_path: this CPU at capability ",
-                cpu_capability_name(cpu_capability()), " cannot run the ", bf16_gemm_path_name(*path), " bf16 GEMM");
+    EMBER_CHECK(bf16_gemm_path_available(*path), "set_bf16_gemm_path: ", unavailable_reason(*path));
   forced_path().set(path);
 }
 

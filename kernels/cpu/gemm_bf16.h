@@ -5,9 +5,12 @@
 //               odd inner dimensions, run on the AVX512-BF16 kernel (or widened without it).
 //   avx512bf16  Ember's own blocked kernel on vdpbf16ps (gemm_bf16_avx512.h).
 //   widened     operands converted to f32 and multiplied by the f32 GEMM.
+//   amx         Ember's own AMX tile kernel (gemm_bf16_amx.h), where the CPU has AMX-BF16 and
+//               Linux grants the tile state. Forced only: it has not been measured on an AMX
+//               machine yet, so the automatic choice there stays onednn until it is.
 //
 // The automatic choice follows measurements (see gemm_bf16.cpp); EMBER_BF16_GEMM=onednn,
-// avx512bf16 or widened forces one (read at the first bf16 GEMM). Forcing a path the CPU,
+// avx512bf16, widened or amx forces one (read at the first bf16 GEMM). Forcing a path the CPU,
 // or EMBER_CPU_CAPABILITY, does not allow is an ember::Error.
 #pragma once
 #include <optional>
@@ -15,7 +18,7 @@
 
 namespace ember::cpu {
 
-enum class Bf16GemmPath { OneDnn, Avx512Bf16, Widened };
+enum class Bf16GemmPath { OneDnn, Avx512Bf16, Widened, Amx };
 
 const char* bf16_gemm_path_name(Bf16GemmPath path);
 // Whether this CPU, under the current EMBER_CPU_CAPABILITY, can run the path.

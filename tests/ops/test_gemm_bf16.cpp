@@ -2,8 +2,10 @@
 // for the rule), through cpu::gemm directly and through matmul, bmm and linear; and the
 // path-selection interface.
 #include <cstdlib>
+#include <string>
 
 #include "gemm_bf16_cases.h"
+#include "kernels/cpu/gemm_bf16_amx.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
 
 TEST(GemmBf16, RunsAtTheCpusBestCapability) {
@@ -13,7 +15,7 @@ TEST(GemmBf16, RunsAtTheCpusBestCapability) {
   EXPECT_EQ(ember::cpu_capability(), avx512 ? ember::CpuCapability::Avx512 : ember::CpuCapability::Avx2);
 }
 
-// AMX: oneDNN. AVX512-BF16 without AMX: Ember's kernel where vdpbf16ps outruns f32 FMAs,
+// AMX: oneDNN (Ember's AMX kernel is never chosen automatically). AVX512-BF16 without AMX: Ember's kernel where vdpbf16ps outruns f32 FMAs,
 // else widened. Anything less: widened.
 TEST(GemmBf16, AutomaticPathFollowsTheMeasuredRule) {
   using namespace ember;
@@ -30,6 +32,22 @@ TEST(GemmBf16, AutomaticPathFollowsTheMeasuredRule) {
   EXPECT_EQ(cpu::bf16_gemm_path_name(cpu::bf16_gemm_path()), std::string(cpu::bf16_gemm_path_name(want)));
 }
 
+// Where the tiles cannot run, the AMX kernel and the amx path say why instead of faulting.
+TEST(GemmBf16, AmxKernelNamesWhyItCannotRun) {
+  using namespace ember;
+  if (cpu::amx_tiles_usable()) {
+    EXPECT_EQ(cpu::amx_tiles_unusable_reason(), "");
+    return;
+  }
+  const std::string why = cpu::amx_tiles_unusable_reason();
+  EXPECT_NE(why, "");
+  EXPECT_FALSE(cpu::bf16_gemm_path_available(cpu::Bf16GemmPath::Amx));
+  const BFloat16 one(1.0f);
+  float c = 0.0f;
+  EXPECT_EMBER_ERROR(cpu::gemm_bf16_amx_serial(false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1), "gemm",
+                     "AMX", "m=1 n=1 k=1", why);
+}
+
 // set_bf16_gemm_path switches paths within a process and returns to the automatic choice.
 TEST(GemmBf16, EveryAvailablePathCanBeSetAndMatchesReference) {
   using namespace gemm_bf16_cases;
@@ -37,7 +55,8 @@ TEST(GemmBf16, EveryAvailablePathCanBeSetAndMatchesReference) {
   if (std::getenv("EMBER_BF16_GEMM") != nullptr) GTEST_SKIP() << "EMBER_BF16_GEMM is set";
   const Bf16GemmPath automatic = cpu::bf16_gemm_path();
   int available = 0;
-  for (Bf16GemmPath path : {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Widened}) {
+  for (Bf16GemmPath path :
+       {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Widened, Bf16GemmPath::Amx}) {
     if (!cpu::bf16_gemm_path_available(path)) {
       EXPECT_EMBER_ERROR(cpu::set_bf16_gemm_path(path), "set_bf16_gemm_path", "cannot run",
                          cpu::bf16_gemm_path_name(path));

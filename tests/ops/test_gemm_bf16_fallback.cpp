@@ -16,10 +16,10 @@ TEST(GemmBf16Fallback, CapabilityIsForcedToAvx2) {
   EXPECT_EQ(ember::cpu::bf16_gemm_path(), ember::cpu::Bf16GemmPath::Widened);
 }
 
-// At AVX2 neither oneDNN's bf16 matmul nor Ember's AVX512-BF16 kernel may run.
+// At AVX2 neither oneDNN's bf16 matmul nor Ember's AVX512-BF16 or AMX kernel may run.
 TEST(GemmBf16Fallback, Avx512PathsCannotBeForcedAtAvx2) {
   using ember::cpu::Bf16GemmPath;
-  for (Bf16GemmPath path : {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16}) {
+  for (Bf16GemmPath path : {Bf16GemmPath::OneDnn, Bf16GemmPath::Avx512Bf16, Bf16GemmPath::Amx}) {
     EXPECT_FALSE(ember::cpu::bf16_gemm_path_available(path)) << ember::cpu::bf16_gemm_path_name(path);
     EXPECT_EMBER_ERROR(ember::cpu::set_bf16_gemm_path(path), "set_bf16_gemm_path", "avx2", "cannot run",
                        ember::cpu::bf16_gemm_path_name(path));
