@@ -11,6 +11,7 @@
 #include "core/cpu_features.h"
 #include "kernels/reference/fused.h"
 #include "kernels/reference/nn_functional.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;

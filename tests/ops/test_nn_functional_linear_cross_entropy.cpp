@@ -13,11 +13,13 @@
 
 #include "core/autocast.h"
 #include "kernels/reference/nn_functional.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::all_close;
 using ember::testing::random_tensor;
+using ember::testing::same_bits;
 using ember::testing::tolerance;
 using ember::testing::uniform_int;
 using ember::testing::with_one_and_two_threads;
@@ -88,13 +90,7 @@ Result composed(const Problem& p, const Tensor& grad_loss, bool autocast = false
 
 void expect_same_bits(const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.dtype(), want.dtype());
-  ASSERT_EQ(got.shape(), want.shape());
-  const auto a = got.to(DType::f64).to_vector<double>(), b = want.to(DType::f64).to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) {
-      ADD_FAILURE() << "element " << i << ": " << a[i] << " vs " << b[i];
-      return;
-    }
+  EXPECT_TRUE(same_bits(got, want));
 }
 
 // Whether the backward takes the scored-rows path (at most half the rows scored).

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/reference/normalization.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;

@@ -73,12 +73,6 @@ class TempDir {
 ::testing::AssertionResult all_close(const Tensor& actual, const reference::RefTensor& expected,
                                      double rtol, double atol);
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol);
-// For kernels that take rows in pairs: fn(x) for x of 9 rows (an odd count) in f32 and bf16, of
-// lengths that reach every lane body and tail, values in [-30, 30], row 3 holding a NaN.
-void for_each_odd_row_count_case(const std::function<void(const Tensor& x)>& fn);
-// The same shape and the same value bits element by element (compared as f64, which every float
-// dtype converts to exactly); a NaN matches any NaN, whatever its sign bit.
-::testing::AssertionResult same_bits(const Tensor& actual, const Tensor& expected);
 
 }  // namespace ember::testing
 
