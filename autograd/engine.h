@@ -17,6 +17,8 @@ void run_backward(const Tensors& roots, const Tensors& grads, bool retain_graph)
 // penalties, double backward); the graph is then kept, else freed. A node whose formula is
 // Backward::first_order gives gradients that raise an ember::Error naming it when a later
 // backward reaches them, rather than missing its second-order terms.
+// Tensor::backward has no create_graph on purpose: a .grad with history would hold the graph
+// that reaches back to the leaf holding it (a reference cycle, which PyTorch warns about).
 Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs = {},
              bool create_graph = false);
 

@@ -115,7 +115,8 @@ GradcheckResult gradgradcheck(const std::function<std::vector<Tensor>(const std:
   for (const Tensor& o : outs) {
     std::vector<double> v(size_t(o.numel()));
     for (size_t i = 0; i < v.size(); ++i) v[i] = double(int(i * 7 % 11) - 5) / 5.0 + 0.1;
-    args.push_back(from_vector(v, o.shape(), {DType::f64}).requires_grad_());
+    // from_vector reads an empty shape as 1-D: a 0-d output gets its shape by reshape.
+    args.push_back(from_vector(v, {int64_t(v.size())}, {DType::f64}).reshape(o.shape()).requires_grad_());
   }
   const size_t n_inputs = inputs.size();
   auto first_order = [&fn, n_inputs](const std::vector<Tensor>& all) {

@@ -47,14 +47,31 @@ SavedTensor::SavedTensor(const Tensor& t, bool keep_history) {
   version_ = t.version();
 }
 
-const Tensor& SavedTensor::unpack() const {
+Tensor SavedTensor::unpack() const {
   if (tensor_.defined() && tensor_.version() != version_) {
     EMBER_FAIL("one of the variables needed for gradient computation has been modified by an inplace operation: ",
                running_node ? running_node->name() : std::string("a backward formula"), " saved a tensor of shape ",
                tensor_.shape(), " at version ", version_, ", and it is now at version ", tensor_.version(),
                "; clone() it before the in-place change, or make the change after backward");
   }
-  return with_history_.defined() && GradMode::is_enabled() ? with_history_ : tensor_;
+  if (!GradMode::is_enabled()) return tensor_;
+  if (is_output_) return output_of_running_node();
+  return with_history_.defined() ? with_history_ : tensor_;
+}
+
+Tensor SavedTensor::output_of_running_node() const {
+  EMBER_CHECK(running_node != nullptr, "backward: a saved output was unpacked under grad mode outside the "
+              "backward formula of the node that produced it");
+  const std::shared_ptr<Node> node = std::const_pointer_cast<Node>(running_node->shared_from_this());
+  EMBER_CHECK(output_nr_ < node->outputs.size() && node->outputs[output_nr_].shape == tensor_.shape(),
+              "backward: ", node->name(), " unpacked a saved output of shape ", tensor_.shape(),
+              " that is not its output ", output_nr_);
+  Tensor alias = tensor_.detach();
+  TensorImpl* impl = alias.impl();
+  impl->grad_fn = node;
+  impl->output_nr = output_nr_;
+  impl->requires_grad = true;
+  return alias;
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {

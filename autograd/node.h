@@ -28,7 +28,7 @@ struct OutputMeta {
   Device device;
 };
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
   virtual ~Node() = default;
@@ -108,18 +108,35 @@ class SavedTensor {
   bool defined() const { return tensor_.defined(); }
   // The saved tensor (undefined when none was saved). An ember::Error naming the node whose
   // backward is running, the tensor's shape and both versions when it was modified in place.
-  // Under grad mode (a backward with create_graph) one saved with its history comes back with it.
-  const Tensor& unpack() const;
+  // Under grad mode (a backward with create_graph) one saved with its history comes back with
+  // it, and one saved with save_output comes back as output `output_nr` of the running node.
+  Tensor unpack() const;
 
  private:
+  friend SavedTensor save_output(const Tensor& t, uint32_t output_nr);
+  // The saved output with the running node as its grad_fn.
+  Tensor output_of_running_node() const;
+
   Tensor tensor_;
   Tensor with_history_;  // `t` itself, for save_with_history when it requires grad
   uint64_t version_ = 0;
+  bool is_output_ = false;  // saved with save_output
+  uint32_t output_nr_ = 0;
 };
 inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
 // For an input of the node being recorded, never one of its outputs (the output would hold its
 // own node: a reference cycle). A differentiable backward formula (Backward::differentiable)
 // saves its inputs this way so its gradients are differentiable in them too.
 inline SavedTensor save_with_history(const Tensor& t) { return SavedTensor(t, /*keep_history=*/true); }
+// Output `output_nr` of the node being recorded, saved for that node's own backward formula.
+// Holding it with its history would be a cycle, so it is held without; under grad mode unpack()
+// (which the formula calls while its node runs) gives it back as a fresh alias whose grad_fn is
+// that node, so a differentiable formula may use the output (exp, tanh, sigmoid read theirs).
+inline SavedTensor save_output(const Tensor& t, uint32_t output_nr = 0) {
+  SavedTensor s(t);
+  s.is_output_ = s.defined();
+  s.output_nr_ = output_nr;
+  return s;
+}
 
 }  // namespace ember::autograd

@@ -1,9 +1,12 @@
 // Differentiable elementwise ops: forward through core/native/elementwise.h, backward formulas
 // here. Gradients of broadcasting ops are summed back to each input's shape and returned in
-// the input's dtype.
+// the input's dtype. Every formula but that of gelu's tanh form is built from differentiable
+// ops on inputs saved with their history (outputs through save_output), so it can be
+// differentiated again (create_graph); under no-grad mode those ops are their native calls.
 #include <cmath>
 #include <limits>
 
+#include "autograd/functions/elementwise_gradients.h"
 #include "autograd/node.h"
 #include "core/factory.h"
 #include "core/grad_mode.h"
@@ -18,6 +21,7 @@ using native::BinaryOp;
 using native::CompareOp;
 using native::UnaryOp;
 using native::UnaryParams;
+using autograd::Backward;
 
 namespace {
 
@@ -38,9 +42,9 @@ Tensor sum_to(const Tensor& g, const InputMeta& in) {
     for (int64_t i = 0; i < g.dim(); ++i)
       if (i < lead || (in.shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
     if (!dims.empty()) r = ember::sum(g, dims, /*keepdim=*/true);
-    r = native::reshape(r, in.shape);
+    r = r.reshape(in.shape);
   }
-  return native::to_dtype(r, in.dtype);
+  return r.to(in.dtype);
 }
 
 // The gradient for one input, or none when it needs none.
@@ -51,18 +55,31 @@ Tensor grad_if(const InputMeta& in, const F& compute) {
 
 Tensor zero_like_scalar(const Tensor& g) { return zeros({}, {g.dtype(), g.device()}); }
 
-// Records `name` when any input needs grad and the output can carry a gradient.
+// Records `name` when any input needs grad and the output can carry a gradient. Every formula
+// recorded through it is differentiable.
 void record_if(const char* name, const Tensors& inputs, const Tensor& y, autograd::BackwardFn fn) {
-  if (is_floating(y.dtype()) && autograd::needs_grad(inputs)) autograd::record(name, inputs, {y}, std::move(fn));
+  if (is_floating(y.dtype()) && autograd::needs_grad(inputs))
+    autograd::record(name, inputs, {y}, std::move(fn), Backward::differentiable);
+}
+
+// What a unary op's formula reads, kept so a second backward can differentiate through it: the
+// output as its own node's output, the input with its history; neither where f'' is zero.
+autograd::SavedTensor save_for_unary_backward(UnaryOp op, UnaryParams p, const Tensor& x, const Tensor& y) {
+  const bool uses_output = native::backward_uses_output(op);
+  if (autograd::second_derivative_is_zero(op, p)) return autograd::save(uses_output ? y : x);
+  return uses_output ? autograd::save_output(y) : autograd::save_with_history(x);
 }
 
 Tensor unary_op(const char* node, UnaryOp op, const Tensor& x, UnaryParams p = {}) {
   Tensor y = native::unary(op, x, p);
   if (is_floating(y.dtype()) && autograd::needs_grad({x})) {
-    autograd::SavedTensor saved = autograd::save(native::backward_uses_output(op) ? y : x);
-    autograd::record(node, {x}, {y}, [op, p, saved](const Tensors& g) -> Tensors {
-      return {native::unary_backward(op, g[0], saved.unpack(), p)};
-    });
+    const autograd::SavedTensor saved = save_for_unary_backward(op, p, x, y);
+    autograd::record(
+        node, {x}, {y},
+        [node, op, p, saved](const Tensors& g) -> Tensors {
+          return {autograd::unary_grad(node, op, g[0], saved.unpack(), p)};
+        },
+        autograd::has_second_derivative(op) ? Backward::differentiable : Backward::first_order);
   }
   return y;
 }
@@ -71,7 +88,7 @@ Tensor unary_op(const char* node, UnaryOp op, const Tensor& x, UnaryParams p = {
 // the gradient equally, as PyTorch does.
 Tensor extremum_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
   Tensor zero = zero_like_scalar(g);
-  return native::where(wins, g, native::where(ties, native::binary(BinaryOp::Mul, g, 0.5), zero));
+  return where(wins, g, where(ties, mul(g, 0.5), zero));
 }
 
 void check_inplace(const Tensor& t, const char* op) {
@@ -88,7 +105,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor y = native::binary(BinaryOp::Add, a, b, alpha);
   record_if("AddBackward", {a, b}, y, [ma = InputMeta(a), mb = InputMeta(b), alpha](const Tensors& g) -> Tensors {
     return {grad_if(ma, [&] { return g[0]; }),
-            grad_if(mb, [&] { return alpha == 1.0 ? g[0] : native::binary(BinaryOp::Mul, g[0], alpha); })};
+            grad_if(mb, [&] { return alpha == 1.0 ? g[0] : mul(g[0], alpha); })};
   });
   return y;
 }
@@ -97,7 +114,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   Tensor y = native::binary(BinaryOp::Sub, a, b, alpha);
   record_if("SubBackward", {a, b}, y, [ma = InputMeta(a), mb = InputMeta(b), alpha](const Tensors& g) -> Tensors {
     return {grad_if(ma, [&] { return g[0]; }),
-            grad_if(mb, [&] { return native::binary(BinaryOp::Mul, g[0], -alpha); })};
+            grad_if(mb, [&] { return mul(g[0], -alpha); })};
   });
   return y;
 }
@@ -105,8 +122,8 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Mul, a, b);
   record_if("MulBackward", {a, b}, y,
-            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
-             sb = autograd::save(a.requires_grad() ? b : Tensor())](const Tensors& g) -> Tensors {
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save_with_history(b.requires_grad() ? a : Tensor()),
+             sb = autograd::save_with_history(a.requires_grad() ? b : Tensor())](const Tensors& g) -> Tensors {
               return {grad_if(ma, [&] { return mul(g[0], sb.unpack()); }),
                       grad_if(mb, [&] { return mul(g[0], sa.unpack()); })};
             });
@@ -116,10 +133,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Div, a, b);
   record_if("DivBackward", {a, b}, y,
-            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(b.requires_grad() ? a : Tensor()),
-             sb = autograd::save(b)](const Tensors& g) -> Tensors {
+            [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save_with_history(b.requires_grad() ? a : Tensor()),
+             sb = autograd::save_with_history(b)](const Tensors& g) -> Tensors {
               // d(a/b)/db = -a / b^2
-              const Tensor& b_saved = sb.unpack();
+              const Tensor b_saved = sb.unpack();
               return {grad_if(ma, [&] { return div(g[0], b_saved); }),
                       grad_if(mb, [&] { return neg(div(mul(g[0], sa.unpack()), mul(b_saved, b_saved))); })};
             });
@@ -141,7 +158,7 @@ Tensor sub(const Tensor& a, double b) {
 Tensor mul(const Tensor& a, double b) {
   Tensor y = native::binary(BinaryOp::Mul, a, b);
   record_if("MulBackward", {a}, y, [ma = InputMeta(a), b](const Tensors& g) -> Tensors {
-    return {sum_to(native::binary(BinaryOp::Mul, g[0], b), ma)};
+    return {sum_to(mul(g[0], b), ma)};
   });
   return y;
 }
@@ -149,7 +166,7 @@ Tensor mul(const Tensor& a, double b) {
 Tensor div(const Tensor& a, double b) {
   Tensor y = native::binary(BinaryOp::Div, a, b);
   record_if("DivBackward", {a}, y, [ma = InputMeta(a), b](const Tensors& g) -> Tensors {
-    return {sum_to(native::binary(BinaryOp::Div, g[0], b), ma)};
+    return {sum_to(div(g[0], b), ma)};
   });
   return y;
 }
@@ -159,9 +176,10 @@ Tensor pow(const Tensor& a, double exponent) { return unary_op("PowBackward", Un
 Tensor pow(const Tensor& a, const Tensor& exponent) {
   Tensor y = native::binary(BinaryOp::Pow, a, exponent);
   record_if("PowBackward", {a, exponent}, y,
-            [ma = InputMeta(a), mb = InputMeta(exponent), sa = autograd::save(a), sb = autograd::save(exponent),
-             sy = autograd::save(exponent.requires_grad() ? y : Tensor())](const Tensors& g) -> Tensors {
-              const Tensor &base = sa.unpack(), &exponent_saved = sb.unpack();
+            [ma = InputMeta(a), mb = InputMeta(exponent), sa = autograd::save_with_history(a),
+             sb = autograd::save_with_history(exponent),
+             sy = autograd::save_output(exponent.requires_grad() ? y : Tensor())](const Tensors& g) -> Tensors {
+              const Tensor base = sa.unpack(), exponent_saved = sb.unpack();
               return {grad_if(ma, [&] { return mul(g[0], mul(exponent_saved, pow(base, sub(exponent_saved, 1.0)))); }),
                       grad_if(mb, [&] {
                         // d(a^b)/db = a^b log(a); taken as 0 where a == 0 and b >= 0 (the limit)
@@ -176,7 +194,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Maximum, a, b);
   record_if("MaximumBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
-              const Tensor &a_saved = sa.unpack(), &b_saved = sb.unpack();
+              const Tensor a_saved = sa.unpack(), b_saved = sb.unpack();
               const Tensor ties = native::compare(CompareOp::Eq, a_saved, b_saved);
               return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, a_saved, b_saved), ties); }),
                       grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, a_saved, b_saved), ties); })};
@@ -188,7 +206,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   Tensor y = native::binary(BinaryOp::Minimum, a, b);
   record_if("MinimumBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sa = autograd::save(a), sb = autograd::save(b)](const Tensors& g) -> Tensors {
-              const Tensor &a_saved = sa.unpack(), &b_saved = sb.unpack();
+              const Tensor a_saved = sa.unpack(), b_saved = sb.unpack();
               const Tensor ties = native::compare(CompareOp::Eq, a_saved, b_saved);
               return {grad_if(ma, [&] { return extremum_grad(g[0], native::compare(CompareOp::Lt, a_saved, b_saved), ties); }),
                       grad_if(mb, [&] { return extremum_grad(g[0], native::compare(CompareOp::Gt, a_saved, b_saved), ties); })};
@@ -200,7 +218,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 Tensor neg(const Tensor& x) {
   Tensor y = native::unary(UnaryOp::Neg, x);
-  record_if("NegBackward", {x}, y, [](const Tensors& g) -> Tensors { return {native::unary(UnaryOp::Neg, g[0])}; });
+  record_if("NegBackward", {x}, y, [](const Tensors& g) -> Tensors { return {neg(g[0])}; });
   return y;
 }
 
@@ -245,9 +263,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   record_if("WhereBackward", {a, b}, y,
             [ma = InputMeta(a), mb = InputMeta(b), sc = autograd::save(cond)](const Tensors& g) -> Tensors {
               const Tensor zero = zero_like_scalar(g[0]);
-              const Tensor& cond_saved = sc.unpack();
-              return {grad_if(ma, [&] { return native::where(cond_saved, g[0], zero); }),
-                      grad_if(mb, [&] { return native::where(cond_saved, zero, g[0]); })};
+              const Tensor cond_saved = sc.unpack();
+              return {grad_if(ma, [&] { return where(cond_saved, g[0], zero); }),
+                      grad_if(mb, [&] { return where(cond_saved, zero, g[0]); })};
             });
   return y;
 }
@@ -255,7 +273,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor y = native::masked_fill(x, mask, value);
   record_if("MaskedFillBackward", {x}, y, [sm = autograd::save(mask)](const Tensors& g) -> Tensors {
-    return {native::masked_fill(g[0], sm.unpack(), 0.0)};
+    return {masked_fill(g[0], sm.unpack(), 0.0)};
   });
   return y;
 }

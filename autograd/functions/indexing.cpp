@@ -1,5 +1,6 @@
 // Differentiable joining, splitting and indexing. Forward work is in core/native/indexing.h;
-// each backward routes the gradient back to where the forward read it from.
+// each backward routes the gradient back to where the forward read it from. cat's and stack's
+// are views of the gradient, so they can be differentiated again (create_graph).
 #include "autograd/node.h"
 #include "core/factory.h"
 #include "core/native/copy.h"
@@ -13,7 +14,7 @@ using autograd::Tensors;
 namespace {
 // Gradient in the input's dtype (the forward may have promoted), or none for integer inputs.
 Tensor grad_as(const Tensor& g, DType dtype) {
-  return is_floating(dtype) ? native::to_dtype(g, dtype) : Tensor();
+  return is_floating(dtype) ? g.to(dtype) : Tensor();
 }
 }  // namespace
 
@@ -39,11 +40,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
         grads.push_back(is_floating(p.dtype) ? zeros({0}, {p.dtype, g[0].device()}) : Tensor());
         continue;
       }
-      grads.push_back(grad_as(native::slice(g[0], d, offset, offset + p.size, 1), p.dtype));
+      grads.push_back(grad_as(g[0].slice(d, offset, offset + p.size, 1), p.dtype));
       offset += p.size;
     }
     return grads;
-  });
+  }, autograd::Backward::differentiable);
   return out;
 }
 
@@ -55,9 +56,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   for (const Tensor& t : tensors) dtypes.push_back(t.dtype());
   autograd::record("StackBackward", tensors, {out}, [dtypes, d](const Tensors& g) -> Tensors {
     Tensors grads;
-    for (size_t i = 0; i < dtypes.size(); ++i) grads.push_back(grad_as(native::select(g[0], d, int64_t(i)), dtypes[i]));
+    for (size_t i = 0; i < dtypes.size(); ++i) grads.push_back(grad_as(g[0].select(d, int64_t(i)), dtypes[i]));
     return grads;
-  });
+  }, autograd::Backward::differentiable);
   return out;
 }
 

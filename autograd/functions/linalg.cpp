@@ -1,5 +1,7 @@
 // Matrix products and their backward. Every gradient is itself a product through the same
 // GEMM, fed transposed views (which the kernel reads in place) rather than transposed copies.
+// Those are differentiable ops on inputs saved with their history, so the gradients can be
+// differentiated again (create_graph).
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/native/linalg.h"
@@ -41,11 +43,11 @@ Tensors matmul_backward(const Tensor& g, const autograd::SavedTensor& sa, const 
 
   Tensor grad_a, grad_b;
   if (want_a) {
-    const Tensor& b = sb.unpack();
+    const Tensor b = sb.unpack();
     grad_a = reduce_to(matmul(g2, transposed(b.dim() == 1 ? b.unsqueeze(1) : b)), a2).reshape(a_shape);
   }
   if (want_b) {
-    const Tensor& a_saved = sa.unpack();
+    const Tensor a_saved = sa.unpack();
     const Tensor a = a_saved.dim() == 1 ? a_saved.unsqueeze(0) : a_saved;
     if (b2.size() == 2 && a2.size() > 2) {
       // b is shared by every batch entry: one GEMM over all rows, [k, B*n] @ [B*n, m].
@@ -66,10 +68,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::needs_grad({a, b})) {
     const bool want_a = a.requires_grad(), want_b = b.requires_grad();
     autograd::record("MatmulBackward", {a, b}, {out},
-                     [sa = autograd::save(want_b ? a : Tensor()), sb = autograd::save(want_a ? b : Tensor()),
+                     [sa = autograd::save_with_history(want_b ? a : Tensor()), sb = autograd::save_with_history(want_a ? b : Tensor()),
                       a_shape = a.shape(), b_shape = b.shape(), want_a, want_b](const Tensors& g) -> Tensors {
                        return matmul_backward(g[0], sa, sb, a_shape, b_shape, want_a, want_b);
-                     });
+                     },
+                     autograd::Backward::differentiable);
   }
   return out;
 }
@@ -80,11 +83,12 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::needs_grad({a, b})) {
     const bool want_a = a.requires_grad(), want_b = b.requires_grad();
     autograd::record("BmmBackward", {a, b}, {out},
-                     [sa = autograd::save(want_b ? a : Tensor()), sb = autograd::save(want_a ? b : Tensor()), want_a,
+                     [sa = autograd::save_with_history(want_b ? a : Tensor()), sb = autograd::save_with_history(want_a ? b : Tensor()), want_a,
                       want_b](const Tensors& g) -> Tensors {
                        return {want_a ? bmm(g[0], transposed(sb.unpack())) : Tensor(),
                                want_b ? bmm(transposed(sa.unpack()), g[0]) : Tensor()};
-                     });
+                     },
+                     autograd::Backward::differentiable);
   }
   return out;
 }
@@ -99,7 +103,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     const int64_t rows = numel_of(leading(x, 1));
     // x is read only for dW and W only for dx, so each is saved only when that one is wanted.
     autograd::record("LinearBackward", {x, weight, bias}, {out},
-                     [sx = autograd::save(want_w ? x : Tensor()), sw = autograd::save(want_x ? weight : Tensor()),
+                     [sx = autograd::save_with_history(want_w ? x : Tensor()),
+                      sw = autograd::save_with_history(want_x ? weight : Tensor()),
                       in, out_features, rows, want_x, want_w, want_bias](const Tensors& g) -> Tensors {
                        // dx = g W (W shared by all rows: one GEMM); dW = g^T x over all rows.
                        Tensor gx = want_x ? matmul(g[0], sw.unpack()) : Tensor();
@@ -107,7 +112,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                        Tensor gw = want_w ? matmul(transposed(g_rows), sx.unpack().reshape({rows, in})) : Tensor();
                        Tensor gb = want_bias ? sum(g_rows, {0}) : Tensor();
                        return {gx, gw, gb};
-                     });
+                     },
+                     autograd::Backward::differentiable);
   }
   return out;
 }

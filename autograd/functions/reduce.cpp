@@ -1,5 +1,7 @@
 // Differentiable reductions. Every backward first gives the incoming gradient the input's
-// rank back (reduced dims as size 1) so it broadcasts against the input.
+// rank back (reduced dims as size 1) so it broadcasts against the input. The formulas are
+// differentiable ops on inputs saved with their history, so they can be differentiated again
+// (create_graph); amax and amin read their saved tensors only to find where the extreme is.
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/native/copy.h"
@@ -15,11 +17,11 @@ namespace {
 // `g` (the gradient of a reduction over `dims` of a tensor of `in_shape`) with the reduced
 // dims present as size 1, whether or not the forward kept them.
 Tensor with_reduced_dims(const Tensor& g, const Shape& in_shape, const Shape& dims) {
-  return native::reshape(g, native::reduced_shape(in_shape, dims, true));
+  return g.reshape(native::reduced_shape(in_shape, dims, true));
 }
 
 Tensor broadcast_back(const Tensor& g, const Shape& in_shape, const Shape& dims) {
-  return native::expand(with_reduced_dims(g, in_shape, dims), in_shape);
+  return with_reduced_dims(g, in_shape, dims).expand(in_shape);
 }
 
 int64_t reduced_count(const Shape& in_shape, const Shape& dims) {
@@ -45,9 +47,9 @@ Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim) {
   if (autograd::needs_grad({x})) {
     const Shape in = x.shape();
     const Shape d = native::reduction_dims(dims, in, "sum");
-    autograd::record("SumBackward", {x}, {y}, [in, d](const Tensors& g) -> Tensors {
-      return {broadcast_back(g[0], in, d)};
-    });
+    autograd::record(
+        "SumBackward", {x}, {y}, [in, d](const Tensors& g) -> Tensors { return {broadcast_back(g[0], in, d)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -59,9 +61,10 @@ Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
     const Shape in = x.shape();
     const Shape d = native::reduction_dims(dims, in, "mean");
     const double scale = 1.0 / double(reduced_count(in, d));
-    autograd::record("MeanBackward", {x}, {y}, [in, d, scale](const Tensors& g) -> Tensors {
-      return {broadcast_back(mul(g[0], scale), in, d)};
-    });
+    autograd::record(
+        "MeanBackward", {x}, {y},
+        [in, d, scale](const Tensors& g) -> Tensors { return {broadcast_back(mul(g[0], scale), in, d)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -71,9 +74,10 @@ Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "amax");
     autograd::SavedTensor xs = autograd::save(x), ys = autograd::save(y);
-    autograd::record("AmaxBackward", {x}, {y}, [xs, ys, d](const Tensors& g) -> Tensors {
-      return extreme_backward(g[0], xs.unpack(), ys.unpack(), d);
-    });
+    autograd::record(
+        "AmaxBackward", {x}, {y},
+        [xs, ys, d](const Tensors& g) -> Tensors { return extreme_backward(g[0], xs.unpack(), ys.unpack(), d); },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -83,9 +87,10 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "amin");
     autograd::SavedTensor xs = autograd::save(x), ys = autograd::save(y);
-    autograd::record("AminBackward", {x}, {y}, [xs, ys, d](const Tensors& g) -> Tensors {
-      return extreme_backward(g[0], xs.unpack(), ys.unpack(), d);
-    });
+    autograd::record(
+        "AminBackward", {x}, {y},
+        [xs, ys, d](const Tensors& g) -> Tensors { return extreme_backward(g[0], xs.unpack(), ys.unpack(), d); },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -99,13 +104,16 @@ Tensor var(const Tensor& x_in, const Shape& dims, int64_t correction, bool keepd
   if (autograd::needs_grad({x})) {
     const Shape d = native::reduction_dims(dims, x.shape(), "var");
     const double dof = double(reduced_count(x.shape(), d) - correction);
-    autograd::SavedTensor xs = autograd::save(x);
-    autograd::record("VarBackward", {x}, {y}, [xs, d, dof](const Tensors& g) -> Tensors {
-      // d var / dx = 2 (x - mean) / (N - correction)
-      const Tensor& x_saved = xs.unpack();
-      Tensor centered = sub(x_saved, native::mean(x_saved, d, true));
-      return {mul(centered, mul(with_reduced_dims(g[0], x_saved.shape(), d), 2.0 / dof))};
-    });
+    autograd::SavedTensor xs = autograd::save_with_history(x);
+    autograd::record(
+        "VarBackward", {x}, {y},
+        [xs, d, dof](const Tensors& g) -> Tensors {
+          // d var / dx = 2 (x - mean) / (N - correction)
+          const Tensor x_saved = xs.unpack();
+          Tensor centered = sub(x_saved, mean(x_saved, d, true));
+          return {mul(centered, mul(with_reduced_dims(g[0], x_saved.shape(), d), 2.0 / dof))};
+        },
+        autograd::Backward::differentiable);
   }
   return y;
 }

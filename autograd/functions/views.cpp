@@ -1,6 +1,8 @@
 // Differentiable views and copies: each forward is a geometry change (core/native/views.h),
-// each backward maps the gradient back to the input's geometry.
+// each backward maps the gradient back to the input's geometry with differentiable ops, so it
+// can be differentiated again (create_graph).
 #include <numeric>
+#include <string>
 
 #include "autograd/node.h"
 #include "core/factory.h"
@@ -15,28 +17,43 @@ namespace {
 // Wraps a view op: records `backward` when the input needs grad.
 template <typename Bwd>
 Tensor view_op(const char* name, const Tensor& x, Tensor y, Bwd backward) {
-  if (autograd::needs_grad({x})) autograd::record(name, {x}, {y}, backward);
+  if (autograd::needs_grad({x})) autograd::record(name, {x}, {y}, backward, autograd::Backward::differentiable);
   return y;
 }
 
-// Gradient of a strided view of `in_shape`: scatter into zeros through the same view.
-Tensor view_grad_scatter(const Tensor& g, const Shape& in_shape, const std::function<Tensor(const Tensor&)>& same_view) {
+// Gradient of a strided view of `in_shape`: scatter into zeros through the same view. That is
+// linear in g, and its own gradient is the same view of the incoming one (same_view being the
+// differentiable view op), recorded as `<node>Backward`.
+Tensor view_grad_scatter(const char* node, const Tensor& g, const Shape& in_shape,
+                         const std::function<Tensor(const Tensor&)>& same_view) {
   Tensor full_grad = zeros(in_shape, {g.dtype(), g.device()});
   native::copy_(same_view(full_grad), g);
+  if (autograd::needs_grad({g})) {
+    autograd::record(
+        std::string(node) + "Backward", {g}, {full_grad},
+        [same_view](const Tensors& h) -> Tensors { return {same_view(h[0])}; }, autograd::Backward::differentiable);
+  }
   return full_grad;
+}
+
+// The inverse of a permutation of dims.
+Shape inverse_permutation(const Shape& dims, int64_t rank) {
+  Shape inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], rank, "permute")] = int64_t(i);
+  return inverse;
 }
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
   const Shape in = this->shape();
   return view_op("ViewBackward", *this, native::view(*this, shape),
-                 [in](const Tensors& g) -> Tensors { return {native::reshape(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].reshape(in)}; });
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   const Shape in = this->shape();
   return view_op("ReshapeBackward", *this, native::reshape(*this, shape),
-                 [in](const Tensors& g) -> Tensors { return {native::reshape(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].reshape(in)}; });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -54,7 +71,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   return view_op("TransposeBackward", *this, native::transpose(*this, d0, d1),
-                 [d0, d1](const Tensors& g) -> Tensors { return {native::transpose(g[0], d0, d1)}; });
+                 [d0, d1](const Tensors& g) -> Tensors { return {g[0].transpose(d0, d1)}; });
 }
 
 Tensor Tensor::t() const {
@@ -64,18 +81,17 @@ Tensor Tensor::t() const {
 
 Tensor Tensor::permute(const Shape& dims) const {
   Tensor y = native::permute(*this, dims);
-  Shape inverse(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], dim(), "permute")] = int64_t(i);
-  return view_op("PermuteBackward", *this, y,
-                 [inverse](const Tensors& g) -> Tensors { return {native::permute(g[0], inverse)}; });
+  return view_op("PermuteBackward", *this, y, [inverse = inverse_permutation(dims, dim())](const Tensors& g) -> Tensors {
+    return {g[0].permute(inverse)};
+  });
 }
 
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
   const Shape in = shape();
   return view_op("SliceBackward", *this, native::slice(*this, dim, start, end, step),
                  [in, dim, start, end, step](const Tensors& g) -> Tensors {
-                   return {view_grad_scatter(g[0], in, [&](const Tensor& t) {
-                     return native::slice(t, dim, start, end, step);
+                   return {view_grad_scatter("SliceBackward", g[0], in, [dim, start, end, step](const Tensor& t) {
+                     return t.slice(dim, start, end, step);
                    })};
                  });
 }
@@ -94,8 +110,8 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   const Shape in = shape();
   return view_op("SelectBackward", *this, native::select(*this, dim, index),
                  [in, dim, index](const Tensors& g) -> Tensors {
-                   return {view_grad_scatter(g[0], in, [&](const Tensor& t) {
-                     return native::select(t, dim, index);
+                   return {view_grad_scatter("SelectBackward", g[0], in, [dim, index](const Tensor& t) {
+                     return t.select(dim, index);
                    })};
                  });
 }
@@ -110,26 +126,26 @@ Tensor Tensor::expand(const Shape& shape) const {
                    for (int64_t i = 0; i < g[0].dim(); ++i)
                      if (i < lead || (in[i - lead] == 1 && g[0].shape()[i] != 1)) dims.push_back(i);
                    Tensor s = dims.empty() ? g[0] : ember::sum(g[0], dims, true);
-                   return {native::reshape(s, in)};
+                   return {s.reshape(in)};
                  });
 }
 
 Tensor Tensor::squeeze() const {
   const Shape in = shape();
   return view_op("SqueezeBackward", *this, native::squeeze(*this, std::nullopt),
-                 [in](const Tensors& g) -> Tensors { return {native::reshape(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].reshape(in)}; });
 }
 
 Tensor Tensor::squeeze(int64_t dim) const {
   const Shape in = shape();
   return view_op("SqueezeBackward", *this, native::squeeze(*this, dim),
-                 [in](const Tensors& g) -> Tensors { return {native::reshape(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].reshape(in)}; });
 }
 
 Tensor Tensor::unsqueeze(int64_t dim) const {
   const Shape in = shape();
   return view_op("UnsqueezeBackward", *this, native::unsqueeze(*this, dim),
-                 [in](const Tensors& g) -> Tensors { return {native::reshape(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].reshape(in)}; });
 }
 
 Tensor Tensor::clone() const {
@@ -143,14 +159,14 @@ Tensor Tensor::to(DType dtype) const {
   Tensor y = native::to_dtype(*this, dtype);
   if (!is_floating(dtype)) return y;  // integer results carry no gradient
   return view_op("ToDTypeBackward", *this, y,
-                 [in](const Tensors& g) -> Tensors { return {native::to_dtype(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].to(in)}; });
 }
 
 Tensor Tensor::to(Device device, bool non_blocking) const {
   if (this->device() == device) return *this;
   const Device in = this->device();
   return view_op("ToDeviceBackward", *this, native::to_device(*this, device, non_blocking),
-                 [in](const Tensors& g) -> Tensors { return {native::to_device(g[0], in)}; });
+                 [in](const Tensors& g) -> Tensors { return {g[0].to(in)}; });
 }
 
 Tensor Tensor::pin_memory() const { return native::pin_memory(*this); }

@@ -1,0 +1,83 @@
+// Second derivatives of the unary ops, in terms of what their backward saves (the output y for
+// exp, sqrt, rsqrt, tanh and sigmoid, the input x otherwise): d/dsaved of g * f'(saved).
+#include "autograd/functions/elementwise_gradients.h"
+
+#include <string>
+
+#include "autograd/node.h"
+#include "core/ops.h"
+
+namespace ember::autograd {
+using native::UnaryOp;
+using native::UnaryParams;
+
+namespace {
+
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+
+// 1 - t
+Tensor one_minus(const Tensor& t) { return add(neg(t), 1.0); }
+
+// d(g f'(s)) / ds times h, given hg = h * g; undefined where f'' is zero.
+Tensor saved_term(UnaryOp op, const Tensor& hg, const Tensor& s, UnaryParams p) {
+  switch (op) {
+    case UnaryOp::Exp: return hg;                                             // g y
+    case UnaryOp::Log: return neg(div(hg, mul(s, s)));                        // g / x
+    case UnaryOp::Sqrt: return neg(div(hg, mul(mul(s, s), 2.0)));            // g / (2 y)
+    case UnaryOp::Rsqrt: return mul(hg, mul(mul(s, s), -1.5));               // -g y^3 / 2
+    case UnaryOp::Tanh: return mul(hg, mul(s, -2.0));                        // g (1 - y^2)
+    case UnaryOp::Sigmoid: return mul(hg, one_minus(mul(s, 2.0)));           // g y (1 - y)
+    case UnaryOp::Gelu: {                                                    // g (Phi(x) + x phi(x))
+      const Tensor x2 = mul(s, s);
+      const Tensor phi = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
+      return mul(hg, mul(phi, add(neg(x2), 2.0)));
+    }
+    case UnaryOp::Silu: {  // g sig (1 + x (1 - sig)); f'' = sig (1 - sig) (2 + x (1 - 2 sig))
+      const Tensor sig = sigmoid(s);
+      return mul(hg, mul(mul(sig, one_minus(sig)), add(mul(s, one_minus(mul(sig, 2.0))), 2.0)));
+    }
+    case UnaryOp::PowScalar:  // g a x^(a - 1)
+      return second_derivative_is_zero(op, p) ? Tensor() : mul(hg, mul(pow(s, p.a - 2.0), p.a * (p.a - 1.0)));
+    default: return Tensor();
+  }
+}
+
+}  // namespace
+
+bool has_second_derivative(UnaryOp op) { return op != UnaryOp::GeluTanh; }
+
+bool second_derivative_is_zero(UnaryOp op, UnaryParams p) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Relu:
+    case UnaryOp::Abs:
+    case UnaryOp::Clamp: return true;
+    case UnaryOp::PowScalar: return p.a == 0.0 || p.a == 1.0;
+    default: return false;
+  }
+}
+
+Tensor unary_grad(const char* node, UnaryOp op, const Tensor& grad_out, const Tensor& saved, UnaryParams p) {
+  Tensor grad_in = native::unary_backward(op, grad_out, saved, p);
+  if (!needs_grad({grad_out, saved})) return grad_in;
+  const bool want_g = grad_out.requires_grad(), want_s = saved.requires_grad();
+  std::string name = std::string(node) + "Backward";
+  // saved is read for both gradients; grad_out only for saved's.
+  record(
+      name, {grad_out, saved}, {grad_in},
+      [name, op, p, want_g, want_s, g_dtype = grad_out.dtype(), sg = save_with_history(want_s ? grad_out : Tensor()),
+       ss = save_with_history(saved)](const Tensors& h) -> Tensors {
+        const Tensor s = ss.unpack();
+        Tensor dg, ds;
+        if (want_g) dg = unary_grad(name.c_str(), op, h[0], s, p).to(g_dtype);
+        if (want_s) {
+          ds = saved_term(op, mul(h[0], sg.unpack()), s, p);
+          if (ds.defined()) ds = ds.to(s.dtype());
+        }
+        return {dg, ds};
+      },
+      Backward::differentiable);
+  return grad_in;
+}
+
+}  // namespace ember::autograd
