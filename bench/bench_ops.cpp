@@ -5,8 +5,15 @@
 //   BM_Softmax              softmax over the last dim of [64, 128, 128]     read x, write y
 //   BM_ScaledMaskedSoftmax  attention scores: softmax(x / 8 + mask) over the last dim of
 //                           [16, 4, 128, 128] with a [16, 1, 1, 128] padding mask    read x, write y
+//   BM_SoftmaxFwdBwd        BM_Softmax's softmax, forward then backward    read x, write y;
+//                           read dy and y, write dx
+//   BM_ScaledMaskedSoftmaxFwdBwd  BM_ScaledMaskedSoftmax's, forward then backward (which
+//                           recomputes y from x)    read x, write y; read dy and x, write dx
 //   BM_LayerNormFwdBwd      layer_norm over 256 of [2048, 256], with weight and bias, forward
 //                           then backward    read x, write y; read dy (and x), write dx
+//   BM_AddLayerNormFwdBwd   add_layer_norm (x + residual, then BM_LayerNormFwdBwd's layer norm),
+//                           forward then backward    read x and residual, write h and y; read
+//                           dy and h, write dx (dresidual is the same tensor)
 //   BM_BatchNormFwdBwd      batch_norm in training of [128, 64, 14, 14], with weight, bias and
 //                           running statistics, forward then backward    as layer norm
 //   BM_GroupNormFwdBwd      group_norm, 32 groups, of [16, 256, 256], forward then backward
@@ -91,8 +98,24 @@ void BM_LayerNormFwdBwd(benchmark::State& state) {
   count_bytes(state, 5.0 * double(x.numel()) * kF32);
 }
 
+void BM_AddLayerNormFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor x = ember::randn({2048, 256}).requires_grad_();
+  ember::Tensor residual = ember::randn({2048, 256}).requires_grad_();
+  ember::Tensor w = ember::ones({256}).requires_grad_();
+  ember::Tensor b = ember::zeros({256}).requires_grad_();
+  const ember::Tensor dy = ember::randn({2048, 256});
+  for (auto _ : state) {
+    ember::Tensor y = ember::add_layer_norm(x, residual, {256}, w, b);
+    y.backward(dy);
+    benchmark::DoNotOptimize(x.grad().raw_data());
+    for (ember::Tensor t : {x, residual, w, b}) t.set_grad(ember::Tensor());
+  }
+  count_bytes(state, 7.0 * double(x.numel()) * kF32);
+}
+
 // Times forward then backward of `forward` at x, with fresh gradients each time; counts the
-// bytes of layer norm's (read x, write y; read dy and x, write dx).
+// bytes of layer norm's (read x, write y; read dy and x, write dx), which softmax's equal.
 template <typename Forward>
 void run_norm_fwd_bwd(benchmark::State& state, ember::Tensor x, const std::vector<ember::Tensor>& params,
                       const Forward& forward) {
@@ -105,6 +128,20 @@ void run_norm_fwd_bwd(benchmark::State& state, ember::Tensor x, const std::vecto
     for (ember::Tensor p : params) p.set_grad(ember::Tensor());
   }
   count_bytes(state, 5.0 * double(x.numel()) * kF32);
+}
+
+void BM_SoftmaxFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({64, 128, 128});
+  run_norm_fwd_bwd(state, x, {}, [](const ember::Tensor& t) { return ember::softmax(t, -1); });
+}
+
+void BM_ScaledMaskedSoftmaxFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({16, 4, 128, 128});
+  ember::Tensor mask = ember::zeros({16, 1, 1, 128});
+  mask.narrow(3, 100, 28).fill_(-1e4);
+  run_norm_fwd_bwd(state, x, {}, [&](const ember::Tensor& t) { return ember::scaled_masked_softmax(t, mask, 0.125); });
 }
 
 void BM_BatchNormFwdBwd(benchmark::State& state) {
@@ -219,7 +256,10 @@ void threads(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Softmax)->Apply(threads);
 BENCHMARK(BM_ScaledMaskedSoftmax)->Apply(threads);
+BENCHMARK(BM_SoftmaxFwdBwd)->Apply(threads);
+BENCHMARK(BM_ScaledMaskedSoftmaxFwdBwd)->Apply(threads);
 BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
+BENCHMARK(BM_AddLayerNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_BatchNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_GroupNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_RmsNormFwdBwd)->Apply(threads);

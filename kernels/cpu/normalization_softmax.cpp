@@ -107,7 +107,8 @@ void softmax_row(double* y, const double* x, int64_t n, bool log) {
   }
 }
 
-// dx from g and y; dx may alias g.
+// dx from g and y; dx may alias g. One row at a time: rows of 128 with their dot products in
+// pairs measured no faster (best of 300 interleaved runs on Zen 3), unlike the forward's exps.
 void softmax_backward_row(float* dx, const float* g, const float* y, int64_t n, bool log) {
   if (log) {
     const float gs = float(row_sum(n, [&](int64_t i, int64_t k) {

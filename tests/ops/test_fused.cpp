@@ -18,6 +18,7 @@ using namespace ember;
 using ember::testing::all_close;
 using ember::testing::coin;
 using ember::testing::expect_gradcheck;
+using ember::testing::expect_rows_alone_as_among_others;
 using ember::testing::for_each_odd_row_count_case;
 using ember::testing::kFloatTypes;
 using ember::testing::random_shape;
@@ -376,6 +377,23 @@ TEST(AddLayerNorm, SameResultsWhateverTheThreadCount) {
   };
   auto [one, two] = with_one_and_two_threads(run);
   EXPECT_EQ(one.to_vector<float>(), two.to_vector<float>());
+}
+
+TEST(AddLayerNorm, ARowGivesTheSameBitsAloneOrAmongOthers) {
+  // the forward kernel takes rows two at a time (see LayerNorm's test of the same name), and a
+  // backward that did must keep each row's dx and the row order of the dweight / dbias sums;
+  // rows 4 on hold no NaN, so their dweight is not NaN throughout
+  for_each_odd_row_count_case([](const Tensor& x) {
+    const Tensor residual = random_tensor(x.shape(), DType::f32, false, -30.0, 30.0);
+    const auto forward = [&](const Tensor& xs, int64_t first_row, const Tensor& w, const Tensor& b) {
+      return add_layer_norm(xs, residual.narrow(0, first_row, xs.shape()[0]), {xs.shape()[1]}, w, b);
+    };
+    expect_rows_alone_as_among_others(x, forward);
+    expect_rows_alone_as_among_others(x.narrow(0, 4, 5).contiguous(), [&](const Tensor& xs, int64_t first_row,
+                                                                           const Tensor& w, const Tensor& b) {
+      return forward(xs, first_row + 4, w, b);
+    });
+  });
 }
 
 TEST(AddLayerNorm, BadArgumentsNameTheOpAndShapes) {

@@ -34,4 +34,27 @@ void for_each_odd_row_count_case(const std::function<void(const Tensor& x)>& fn)
   }
 }
 
+void expect_rows_alone_as_among_others(const Tensor& x, const RowNormForward& forward) {
+  const int64_t rows = x.shape()[0], len = x.shape()[1];
+  std::vector<float> gv(size_t(rows * len));
+  for (float& v : gv) v = std::ldexp(coin() ? 1.0f : -1.0f, int(uniform_int(-12, 12)));
+  const Tensor g = from_vector(gv, {rows, len}).to(x.dtype());
+  Tensor w = random_tensor({len}).requires_grad_(), b = random_tensor({len}).requires_grad_();
+  Tensor xa = x.detach().requires_grad_();
+  const Tensor y = forward(xa, 0, w, b);
+  y.backward(g);
+  const Tensor dw = w.grad(), db = b.grad();
+  w.set_grad(Tensor());
+  b.set_grad(Tensor());
+  for (int64_t r = 0; r < rows; ++r) {
+    Tensor xr = x.narrow(0, r, 1).contiguous().requires_grad_();
+    const Tensor yr = forward(xr, r, w, b);
+    yr.backward(g.narrow(0, r, 1).contiguous());
+    EXPECT_TRUE(same_bits(y.detach().narrow(0, r, 1), yr.detach())) << "y of row " << r;
+    EXPECT_TRUE(same_bits(xa.grad().narrow(0, r, 1), xr.grad())) << "dx of row " << r;
+  }
+  EXPECT_TRUE(same_bits(dw, w.grad())) << "dweight";
+  EXPECT_TRUE(same_bits(db, b.grad())) << "dbias";
+}
+
 }  // namespace ember::testing

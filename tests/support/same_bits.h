@@ -17,4 +17,14 @@ namespace ember::testing {
 // lengths that reach every lane body and tail, values in [-30, 30], row 3 holding a NaN.
 void for_each_odd_row_count_case(const std::function<void(const Tensor& x)>& fn);
 
+// The row norm ops with a weight and bias over the last dim of x [rows, len], whose kernels may
+// take rows in pairs forward or backward: forward(x.narrow(0, first_row, n), first_row, weight,
+// bias) on all of x and on each row alone must give each row the same y and dx bits, and dweight
+// and dbias of all rows at once must equal those of the single rows accumulated in row order (the
+// kernels must add the rows' terms in turn whatever the grouping). The output gradient holds
+// powers of two, so each product in those sums is exact whether or not the compiler fuses it into
+// its add, while a change in the order of the adds still shows.
+using RowNormForward = std::function<Tensor(const Tensor& x, int64_t first_row, const Tensor& w, const Tensor& b)>;
+void expect_rows_alone_as_among_others(const Tensor& x, const RowNormForward& forward);
+
 }  // namespace ember::testing
