@@ -192,9 +192,10 @@ TEST(LinearCrossEntropy, ScoredRowsPathRunsTheProductsOverTheScoredRows) {
     expect_same_bits(index_select(f.dx, 0, scored), matmul(dlogits, p.weight));
     expect_same_bits(f.dweight, matmul(dlogits.transpose(0, 1), index_select(p.x, 0, scored)));
     const auto dx = f.dx.to_vector<float>();
-    for (size_t r = 0; r < t.size(); ++r)
-      if (t[r] == p.ignore_index)
-        for (int64_t j = 0; j < 24; ++j) ASSERT_EQ(dx[r * 24 + size_t(j)], 0.0f) << "row " << r;
+    for (size_t r = 0; r < t.size(); ++r) {
+      if (t[r] != p.ignore_index) continue;
+      for (int64_t j = 0; j < 24; ++j) ASSERT_EQ(dx[r * 24 + size_t(j)], 0.0f) << "row " << r;
+    }
     expect_matches_reference(p, g, f, 1e-4);
   }
 }
