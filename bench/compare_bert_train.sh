@@ -353,7 +353,7 @@ echo "| config | task | dtype | threads | Ember ms/step | PyTorch ms/step | PyTo
 echo "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
 echo
-echo "MFU: GEMM + attention FLOPs per step (bert_train.cpp's count, backward twice the forward) over the"
+echo "MFU: GEMM + attention FLOPs per step (bert_train.cpp's count, backward twice the forward, the MLM decoder's over its scored 15%) over the"
 echo "median step time, divided by threads x a per-core peak of this machine. \"MFU\": the f32 FMA peak,"
 echo "$fma_peak GFLOP/s per core ($fma_isa), for every row. \"bf16 peak\" (bf16 rows): $bf16_peak GFLOP/s per core, $bf16_name."
 if (( peer_ok )) && (( ${#mode_notes[@]} )); then
