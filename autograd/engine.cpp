@@ -182,6 +182,7 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOpt
   // Count, for every node reachable from the roots, how many edges lead into it.
   std::vector<Node*> stack;
   std::unordered_map<Node*, bool> seen;
+  std::unordered_map<Node*, std::vector<Node*>> parents;  // kept only for autograd::grad
   for (auto& [edge, g] : root_edges) {
     if (!seen[edge.node.get()]) {
       seen[edge.node.get()] = true;
@@ -194,9 +195,27 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOpt
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
       state[e.node.get()].dependencies++;
+      if (opt.capture) parents[e.node.get()].push_back(n);
       if (!seen[e.node.get()]) {
         seen[e.node.get()] = true;
         stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  // autograd::grad runs only the nodes with a path to a captured edge: the rest of the graph
+  // (the layers below a captured activation, other branches) would compute gradients nobody reads.
+  std::unordered_map<Node*, bool> leads_to_capture;
+  if (opt.capture) {
+    for (const Edge& c : *opt.capture)
+      if (c.valid()) stack.push_back(c.node.get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (Node* p : parents[n]) {
+        if (leads_to_capture[p]) continue;
+        leads_to_capture[p] = true;
+        stack.push_back(p);
       }
     }
   }
@@ -237,7 +256,8 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOpt
     if (any && opt.capture) {
       for (size_t c = 0; c < opt.capture->size(); ++c)
         if ((*opt.capture)[c].node == node) (*opt.captured)[c] = grads[(*opt.capture)[c].input_nr];
-      if (dynamic_cast<AccumulateGrad*>(node.get())) any = false;  // grad() leaves .grad alone
+      // grad() leaves .grad alone (an AccumulateGrad leads nowhere) and skips dead branches.
+      if (!leads_to_capture[node.get()]) any = false;
     }
     if (any) {
       out = apply_node(*node, std::move(grads), opt.create_graph);

@@ -12,7 +12,8 @@ void run_backward(const Tensors& roots, const Tensors& grads, bool retain_graph)
 // The gradients of `outputs` (seeded by grad_outputs, an undefined or missing seed meaning ones
 // for a one-element output) with respect to `inputs`, returned rather than added into .grad
 // (torch.autograd.grad): no leaf's .grad changes and no post-accumulate hook runs. An input the
-// gradient does not reach gets an undefined tensor. create_graph: the backward formulas run
+// gradient does not reach gets an undefined tensor. Only the nodes with a path to an input run
+// (not the layers below a captured activation, nor branches that reach no input). create_graph: the backward formulas run
 // under grad mode, so the results have history and can be differentiated again (gradient
 // penalties, double backward); the graph is then kept, else freed. A node whose formula is
 // Backward::first_order gives gradients that raise an ember::Error naming it when a later

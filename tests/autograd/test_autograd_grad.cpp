@@ -52,3 +52,35 @@ TEST(AutogradGrad, ArgumentErrors) {
   EXPECT_EMBER_ERROR(autograd::grad({}, {x}), "grad: no outputs to differentiate");
   EXPECT_EMBER_ERROR(autograd::grad({x * 2.0}, {x}), "one-element outputs", "[2]");
 }
+
+// Layers below a captured activation, and branches that reach no input, compute gradients
+// nobody reads: grad() does not run them, while an ordinary backward does.
+TEST(AutogradGrad, RunsOnlyTheNodesOnAPathToAnInput) {
+  int below_runs = 0;
+  int branch_runs = 0;
+  auto counting_identity = [](const Tensor& in, int* runs) {
+    Tensor out = in.detach().clone();
+    autograd::record("CountingIdentity", {in}, {out}, [runs](const autograd::Tensors& g) -> autograd::Tensors {
+      ++*runs;
+      return {g[0]};
+    });
+    return out;
+  };
+  Tensor x = from_vector<double>({1.0, -2.0}).requires_grad_();
+  Tensor w = from_vector<double>({3.0, 4.0}).requires_grad_();
+  auto forward = [&](Tensor* h) {
+    *h = counting_identity(x, &below_runs) * 2.0;  // the captured activation
+    const Tensor other = counting_identity(w, &branch_runs);  // a branch grad() need not enter
+    return sum(*h * *h) + sum(other * *h);
+  };
+  Tensor h;
+  const Tensor y = forward(&h);
+  const std::vector<Tensor> g = autograd::grad({y}, {h}, {}, /*create_graph=*/false);
+  EXPECT_EQ(below_runs, 0);
+  EXPECT_EQ(branch_runs, 0);
+  // dy/dh = 2 h + other = 2 * (2, -4) + (3, 4)
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{7.0, -4.0}));
+  forward(&h).backward();
+  EXPECT_EQ(below_runs, 1);
+  EXPECT_EQ(branch_runs, 1);
+}
