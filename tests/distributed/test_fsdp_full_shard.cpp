@@ -269,7 +269,9 @@ TEST(FSDPFullShard, LowerParamDtypeGathersAndComputesInItAndKeepsF32Masters) {
       EXPECT_EQ(fsdp->bytes_gathered(), int64_t(steps) * 2 * 2 * (112 + 272 + 52));
       EXPECT_EQ(gathered(*fsdp), kNoneGathered);
       for (auto& v : fsdp->parameters())
-        if (v.numel() > 0) EXPECT_EQ(v.grad().dtype(), DType::f32);
+        if (v.numel() > 0) {
+          EXPECT_EQ(v.grad().dtype(), DType::f32);
+        }
       {
         // summon_full_params shows the f32 masters, not the compute copy, and writes back exactly.
         auto full = fsdp->summon_full_params();
@@ -282,7 +284,9 @@ TEST(FSDPFullShard, LowerParamDtypeGathersAndComputesInItAndKeepsF32Masters) {
       EXPECT_EQ(gathered(*fsdp), kNoneGathered);
       auto state = fsdp->full_state_dict();
       for (const auto& [name, value] : state)
-        if (name == "fc3.bias") EXPECT_EQ((value - 0.1234567f).abs().max().item<double>(), 0.0);
+        if (name == "fc3.bias") {
+          EXPECT_EQ((value - 0.1234567f).abs().max().item<double>(), 0.0);
+        }
     }));
     // The one-rank run casts the same f32 weights to the same dtype; the sums differ in order.
     for (double d : diffs) {
@@ -328,7 +332,9 @@ TEST(FSDPFullShard, BertRecomputesUnderAutocastWithABf16ParamDtype) {
       }
       loss.backward();
       for (auto& v : fsdp->parameters())
-        if (v.numel() > 0) EXPECT_TRUE(v.grad().defined() && v.grad().dtype() == DType::f32);
+        if (v.numel() > 0) {
+          EXPECT_TRUE(v.grad().defined() && v.grad().dtype() == DType::f32);
+        }
       opt.step();
       opt.zero_grad();
       losses[size_t(pg->rank())].push_back(loss.item<double>());
