@@ -12,10 +12,12 @@
 #include "core/device_api.h"
 #include "core/native/fused_optim.h"
 #include "adam_args.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::same_bytes;
 using ember::testing::random_tensor;
 using ember::testing::uniform_int;
 
@@ -32,16 +34,6 @@ struct State {
   State on(Device d) const { return {p.to(d).clone(), m.to(d).clone(), v.to(d).clone()}; }
 };
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ac = a.to(Device::cpu()).contiguous(), bc = b.to(Device::cpu()).contiguous();
-  if (ac.dtype() != bc.dtype() || ac.shape() != bc.shape()) return false;
-  const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
-  for (size_t i = 0; i < size_t(ac.numel()) * ac.element_size(); ++i)
-    if (pa[i] != pb[i]) return false;
-  return true;
-}
-
 // One step of every entry by itself (single) and of all of them in one multi-tensor call.
 void step_single_and_multi(std::vector<State>& single, std::vector<State>& multi, const std::vector<Tensor>& grads,
                            const native::AdamStepArgs& args) {
@@ -57,9 +49,9 @@ void expect_same_states(const std::vector<State>& multi, const std::vector<State
                         const std::vector<int64_t>& sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     SCOPED_TRACE("entry " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " elements");
-    EXPECT_TRUE(same_bits(multi[i].p, single[i].p)) << "param";
-    EXPECT_TRUE(same_bits(multi[i].m, single[i].m)) << "exp_avg";
-    EXPECT_TRUE(same_bits(multi[i].v, single[i].v)) << "exp_avg_sq";
+    EXPECT_TRUE(same_bytes(multi[i].p, single[i].p)) << "param";
+    EXPECT_TRUE(same_bytes(multi[i].m, single[i].m)) << "exp_avg";
+    EXPECT_TRUE(same_bytes(multi[i].v, single[i].v)) << "exp_avg_sq";
   }
 }
 
@@ -99,9 +91,9 @@ TEST(CudaAdamMultiTensor, MatchesPerTensorCudaBitForBitAndTheCpuWithinRounding) 
           const double tol = param_dt == DType::f64 ? 1e-12 : 1e-5;
           for (size_t i = 0; i < sizes.size(); ++i) {
             SCOPED_TRACE("entry " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " elements");
-            EXPECT_TRUE(same_bits(multi[i].p, single[i].p)) << "param";
-            EXPECT_TRUE(same_bits(multi[i].m, single[i].m)) << "exp_avg";
-            EXPECT_TRUE(same_bits(multi[i].v, single[i].v)) << "exp_avg_sq";
+            EXPECT_TRUE(same_bytes(multi[i].p, single[i].p)) << "param";
+            EXPECT_TRUE(same_bytes(multi[i].m, single[i].m)) << "exp_avg";
+            EXPECT_TRUE(same_bytes(multi[i].v, single[i].v)) << "exp_avg_sq";
             EXPECT_TRUE(all_close(multi[i].p.to(Device::cpu()), cpu[i].p, tol, tol)) << "param vs CPU";
             EXPECT_TRUE(all_close(multi[i].v.to(Device::cpu()), cpu[i].v, tol, tol)) << "exp_avg_sq vs CPU";
           }

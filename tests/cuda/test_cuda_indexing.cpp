@@ -19,10 +19,12 @@
 #include "core/native/nn_functional.h"
 #include "kernels/reference/indexing.h"
 #include "kernels/reference/nn_functional.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::same_bytes;
 using ember::testing::coin;
 using ember::testing::random_shape;
 using ember::testing::tolerance;
@@ -90,23 +92,6 @@ Tensor offset_rows(const Shape& shape, DType dt) {
 }
 
 Tensor poisoned(const Shape& shape, DType dt) { return full(shape, is_floating(dt) ? kNaN : kIntPoison, {dt, kGpu}); }
-
-// Byte-for-byte equality (NaN payloads and signed zeros included).
-::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(kCpu).contiguous(), y = b.to(kCpu).contiguous();
-  if (x.dtype() != y.dtype() || x.shape() != y.shape())
-    return ::testing::AssertionFailure() << "dtype/shape differ: " << dtype_name(x.dtype()) << " "
-                                         << shape_str(x.shape()) << " vs " << dtype_name(y.dtype()) << " "
-                                         << shape_str(y.shape());
-  const size_t es = x.element_size();
-  const char* p = static_cast<const char*>(x.raw_data());
-  const char* q = static_cast<const char*>(y.raw_data());
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (std::memcmp(p + size_t(i) * es, q + size_t(i) * es, es) != 0)
-      return ::testing::AssertionFailure() << "element " << i << " differs: " << from_tensor(x).data[size_t(i)]
-                                           << " vs " << from_tensor(y).data[size_t(i)];
-  return ::testing::AssertionSuccess();
-}
 
 std::string label(const char* what, DType dt, const Shape& shape, int64_t dim, DType it = DType::i64) {
   return std::string(what) + " " + dtype_name(dt) + " " + shape_str(shape) + " dim " + std::to_string(dim) +
@@ -246,8 +231,8 @@ TEST(CudaIndexing, IndexAddMatchesCpuAndReference) {
         const Tensor idx = gpu_index({c.m}, c.high, it, coin());
         const Tensor out = native::index_add(x, c.dim, idx, src);
         const Tensor cpu = native::index_add(x.to(kCpu), c.dim, idx.to(kCpu), src.to(kCpu));
-        EXPECT_TRUE(same_bits(out, cpu));
-        EXPECT_TRUE(same_bits(native::index_add(x, c.dim, idx, src), out)) << "second run differs";
+        EXPECT_TRUE(same_bytes(out, cpu));
+        EXPECT_TRUE(same_bytes(native::index_add(x, c.dim, idx, src), out)) << "second run differs";
         if (dt != DType::boolean) {
           const double tol = sum_tolerance(dt, c.m);
           EXPECT_TRUE(all_close(out, reference::index_add(from_tensor(x), c.dim, from_tensor(idx), from_tensor(src)),
@@ -324,8 +309,8 @@ TEST(CudaIndexing, ScatterAddMatchesCpuAndReference) {
         const Tensor src = gpu_data(src_shape, dt, coin());
         const Tensor out = native::scatter_add(x, c.dim, idx, src);
         const Tensor cpu = native::scatter_add(x.to(kCpu), c.dim, idx.to(kCpu), src.to(kCpu));
-        EXPECT_TRUE(same_bits(out, cpu));
-        EXPECT_TRUE(same_bits(native::scatter_add(x, c.dim, idx, src), out)) << "second run differs";
+        EXPECT_TRUE(same_bytes(out, cpu));
+        EXPECT_TRUE(same_bytes(native::scatter_add(x, c.dim, idx, src), out)) << "second run differs";
         if (dt != DType::boolean) {
           const int64_t terms = c.index_shape[size_t(c.dim)];  // most a destination can get
           EXPECT_TRUE(all_close(
@@ -425,9 +410,9 @@ TEST(CudaEmbedding, BackwardMatchesCpuAndReference) {
           // A row used up to kSerialRun times is summed in position order by one thread, as
           // on the CPU; longer runs are summed in chunks (compared with the reference only).
           if (longest_run(idx) <= kSerialRun) {
-            EXPECT_TRUE(same_bits(gw, cpu));
+            EXPECT_TRUE(same_bytes(gw, cpu));
           }
-          EXPECT_TRUE(same_bits(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
+          EXPECT_TRUE(same_bytes(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
           const RefTensor want = reference::embedding_backward(from_tensor(grad), from_tensor(idx), c.num, padding);
           const int64_t n = numel_of(c.index_shape);
           EXPECT_TRUE(all_close(gw, want, tolerance(dt), tolerance(dt) * double(n > 10 ? n : 10)));
@@ -466,7 +451,7 @@ TEST(CudaEmbedding, BackwardOfLongRunsIsChunkedAndDeterministic) {
         const Tensor idx = from_vector<int64_t>(c.index).to(kGpu);
         const Tensor grad = gpu_data({int64_t(c.index.size()), c.dim}, dt);
         const Tensor gw = native::embedding_backward(grad, idx, c.num, padding);
-        EXPECT_TRUE(same_bits(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
+        EXPECT_TRUE(same_bytes(native::embedding_backward(grad, idx, c.num, padding), gw)) << "second run differs";
         const RefTensor want = reference::embedding_backward(from_tensor(grad), from_tensor(idx), c.num, padding);
         // chunk sums in the accumulation type, then the chunks in order: error grows with the chunk count
         const double n = double(c.index.size());

@@ -9,10 +9,12 @@
 
 #include "core/native/fused_optim.h"
 #include "adam_args.h"
+#include "same_bits.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::all_close;
+using ember::testing::same_bytes;
 using ember::testing::random_tensor;
 using ember::testing::uniform_int;
 using native::AdamTensors;
@@ -41,26 +43,13 @@ std::vector<Shape> list_shapes() {
   return shapes;
 }
 
-// True when every element of a and b has the same bits (all_close with zero tolerance would
-// also accept 0 == -0).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
-  const size_t bytes = size_t(a.numel()) * a.element_size();
-  for (size_t i = 0; i < bytes; ++i)
-    if (pa[i] != pb[i]) return false;
-  return true;
-}
-
-void expect_same_bits(const std::vector<State>& got, const std::vector<State>& want) {
+void expect_same_bytes(const std::vector<State>& got, const std::vector<State>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE("entry " + std::to_string(i) + ", shape " + shape_str(got[i].p.shape()));
-    EXPECT_TRUE(same_bits(got[i].p, want[i].p)) << "param";
-    EXPECT_TRUE(same_bits(got[i].m, want[i].m)) << "exp_avg";
-    EXPECT_TRUE(same_bits(got[i].v, want[i].v)) << "exp_avg_sq";
+    EXPECT_TRUE(same_bytes(got[i].p, want[i].p)) << "param";
+    EXPECT_TRUE(same_bytes(got[i].m, want[i].m)) << "exp_avg";
+    EXPECT_TRUE(same_bytes(got[i].v, want[i].v)) << "exp_avg_sq";
   }
 }
 
@@ -97,11 +86,11 @@ TEST(AdamMultiTensor, MatchesPerTensorStepsBitForBit) {
                 native::adam_step(single[i].p, grads[i], single[i].m, single[i].v, args);
               native::adam_multi_step(entries(multi, grads), args);
             }
-            expect_same_bits(multi, single);
+            expect_same_bytes(multi, single);
             // the steps moved every non-empty parameter
             for (size_t i = 0; i < shapes.size(); ++i) {
               if (initial[i].p.numel() > 0) {
-                EXPECT_FALSE(same_bits(multi[i].p, initial[i].p)) << "entry " << i;
+                EXPECT_FALSE(same_bytes(multi[i].p, initial[i].p)) << "entry " << i;
               }
             }
           }
@@ -121,7 +110,7 @@ TEST(AdamMultiTensor, AdjacentSlicesOfOneBufferAreSeparateParameters) {
   native::adam_step(want[0].p, grad.slice(0, 0, 4), want[0].m, want[0].v, args);
   native::adam_step(want[1].p, grad.slice(0, 4, 10), want[1].m, want[1].v, args);
   native::adam_multi_step({{a.p, grad.slice(0, 0, 4), a.m, a.v}, {b.p, grad.slice(0, 4, 10), b.m, b.v}}, args);
-  expect_same_bits({a, b}, want);
+  expect_same_bytes({a, b}, want);
 }
 
 TEST(AdamMultiTensor, EmptyListAndEmptyEntriesAreNoOps) {
@@ -137,7 +126,7 @@ TEST(AdamMultiTensor, EmptyListAndEmptyEntriesAreNoOps) {
   native::adam_step(want[1].p, gb, want[1].m, want[1].v, args);
   native::adam_multi_step({{a.p, ga, a.m, a.v}, {empty.p, zeros({0, 3}), empty.m, empty.v}, {b.p, gb, b.m, b.v}},
                           args);
-  expect_same_bits({a, b}, want);
+  expect_same_bytes({a, b}, want);
 }
 
 TEST(AdamMultiTensor, BadListsRaiseErrorsNamingTheEntryAndUpdateNothing) {
@@ -175,7 +164,7 @@ TEST(AdamMultiTensor, BadListsRaiseErrorsNamingTheEntryAndUpdateNothing) {
                                              args),
                      "adam_multi_step", "floating-point", "int64");
   // no error left entry 0 half-updated
-  EXPECT_TRUE(same_bits(a.p, a0.p));
-  EXPECT_TRUE(same_bits(a.m, a0.m));
-  EXPECT_TRUE(same_bits(a.v, a0.v));
+  EXPECT_TRUE(same_bytes(a.p, a0.p));
+  EXPECT_TRUE(same_bytes(a.m, a0.m));
+  EXPECT_TRUE(same_bytes(a.v, a0.v));
 }

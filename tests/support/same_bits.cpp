@@ -23,6 +23,23 @@ namespace ember::testing {
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult same_bytes(const Tensor& actual, const Tensor& expected) {
+  const Tensor a = actual.to(Device::cpu()).contiguous(), e = expected.to(Device::cpu()).contiguous();
+  if (a.dtype() != e.dtype() || a.shape() != e.shape())
+    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
+                                         << dtype_name(e.dtype()) << " " << shape_str(e.shape());
+  const size_t size = a.element_size();
+  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
+  const auto* pe = static_cast<const unsigned char*>(e.raw_data());
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(pa + size_t(i) * size, pe + size_t(i) * size, size) == 0) continue;
+    const auto av = a.to(DType::f64).to_vector<double>(), ev = e.to(DType::f64).to_vector<double>();
+    return ::testing::AssertionFailure() << "element " << i << " differs: " << av[size_t(i)] << " vs "
+                                         << ev[size_t(i)];
+  }
+  return ::testing::AssertionSuccess();
+}
+
 void for_each_odd_row_count_case(const std::function<void(const Tensor& x)>& fn) {
   for (DType dt : {DType::f32, DType::bf16}) {
     for (int64_t len : {1, 7, 16, 37, 128, 600}) {

@@ -13,6 +13,10 @@ namespace ember::testing {
 // dtype converts to exactly); a NaN matches any NaN, whatever its sign bit.
 ::testing::AssertionResult same_bits(const Tensor& actual, const Tensor& expected);
 
+// The same dtype, shape and bytes element by element, on any device: stricter than same_bits
+// (0 and -0 differ, so do NaN payloads), for kernels that promise an identical byte stream.
+::testing::AssertionResult same_bytes(const Tensor& actual, const Tensor& expected);
+
 // For kernels that take rows in pairs: fn(x) for x of 9 rows (an odd count) in f32 and bf16, of
 // lengths that reach every lane body and tail, values in [-30, 30], row 3 holding a NaN.
 void for_each_odd_row_count_case(const std::function<void(const Tensor& x)>& fn);
