@@ -1,11 +1,13 @@
 // Differentiable joining, splitting and indexing. Forward work is in core/native/indexing.h;
 // each backward routes the gradient back to where the forward read it from. cat's and stack's
-// are views of the gradient, so they can be differentiated again (create_graph).
+// are views of the gradient; index_select's and gather's add the gradient into a zero tensor at
+// the indices, an op whose own gradient is index_select or gather again. All are linear, so they
+// can be differentiated any number of times (create_graph).
+#include "autograd/functions/composed_gradient.h"
 #include "autograd/node.h"
 #include "core/factory.h"
 #include "core/native/copy.h"
 #include "core/native/indexing.h"
-#include "core/native/views.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -15,6 +17,33 @@ namespace {
 // Gradient in the input's dtype (the forward may have promoted), or none for integer inputs.
 Tensor grad_as(const Tensor& g, DType dtype) {
   return is_floating(dtype) ? g.to(dtype) : Tensor();
+}
+
+// index_select's gradient: g added into zeros of `shape` at index along dim.
+Tensor index_select_grad(const Tensor& g, const Shape& shape, DType dtype, int64_t dim,
+                         const autograd::SavedTensor& index) {
+  return autograd::linear_gradient(
+      "IndexSelectGradBackward", g, native::index_add(zeros(shape, {dtype, g.device()}), dim, index.unpack(), g),
+      [dim, index](const Tensor& h) { return index_select(h, dim, index.unpack()); });
+}
+
+// gather's gradient: g added into zeros of `shape` at index along dim.
+Tensor gather_grad(const Tensor& g, const Shape& shape, DType dtype, int64_t dim, const autograd::SavedTensor& index) {
+  return autograd::linear_gradient(
+      "GatherGradBackward", g,
+      native::scatter_add(zeros(shape, {dtype, g.device()}), dim, index.unpack(), native::to_dtype(g, dtype)),
+      [dim, index](const Tensor& h) { return gather(h, dim, index.unpack()); });
+}
+
+// t with zeros after its end in each dim, up to `shape` (no larger in any dim than shape).
+Tensor zero_padded(Tensor t, const Shape& shape) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == shape[size_t(d)]) continue;
+    Shape rest = t.shape();
+    rest[size_t(d)] = shape[size_t(d)] - t.size(d);
+    t = cat({t, zeros(rest, {t.dtype(), t.device()})}, d);
+  }
+  return t;
 }
 }  // namespace
 
@@ -93,9 +122,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const Shape shape = x.shape();
   const DType dtype = x.dtype();
   const autograd::SavedTensor saved_index = autograd::save(index);
-  autograd::record("IndexSelectBackward", {x}, {out}, [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
-    return {native::index_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index.unpack(), g[0])};
-  });
+  autograd::record(
+      "IndexSelectBackward", {x}, {out},
+      [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
+        return {index_select_grad(g[0], shape, dtype, dim, saved_index)};
+      },
+      autograd::Backward::differentiable);
   return out;
 }
 
@@ -105,10 +137,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const Shape shape = x.shape();
   const DType dtype = x.dtype();
   const autograd::SavedTensor saved_index = autograd::save(index);
-  autograd::record("GatherBackward", {x}, {out}, [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
-    return {native::scatter_add(zeros(shape, {dtype, g[0].device()}), dim, saved_index.unpack(),
-                                native::to_dtype(g[0], dtype))};
-  });
+  autograd::record(
+      "GatherBackward", {x}, {out},
+      [shape, dtype, dim, saved_index](const Tensors& g) -> Tensors {
+        return {gather_grad(g[0], shape, dtype, dim, saved_index)};
+      },
+      autograd::Backward::differentiable);
   return out;
 }
 
@@ -117,19 +151,13 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   if (!autograd::needs_grad({x, src})) return out;
   const Shape src_shape = src.shape();
   const autograd::SavedTensor saved_index = autograd::save(index);
-  autograd::record("ScatterAddBackward", {x, src}, {out}, [src_shape, dim, saved_index](const Tensors& g) -> Tensors {
-    const Tensor& index_saved = saved_index.unpack();
-    Tensor grad_src = native::gather(g[0], dim, index_saved);
-    if (grad_src.shape() != src_shape) {
-      // src may be larger than the index: the part the index never reads gets no gradient.
-      Tensor full = zeros(src_shape, {grad_src.dtype(), grad_src.device()});
-      Tensor window = full;
-      for (int64_t k = 0; k < full.dim(); ++k) window = native::slice(window, k, 0, index_saved.size(k), 1);
-      native::copy_(window, grad_src);
-      grad_src = full;
-    }
-    return {g[0], grad_src};
-  });
+  autograd::record(
+      "ScatterAddBackward", {x, src}, {out},
+      [src_shape, dim, saved_index](const Tensors& g) -> Tensors {
+        // src may be larger than the index: the part the index never reads gets no gradient.
+        return {g[0], zero_padded(gather(g[0], dim, saved_index.unpack()), src_shape)};
+      },
+      autograd::Backward::differentiable);
   return out;
 }
 

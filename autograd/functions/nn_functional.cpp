@@ -1,5 +1,6 @@
 // Differentiable embedding, dropout, cross-entropy and linear + cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
+#include "autograd/functions/composed_gradient.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -13,6 +14,28 @@ namespace ember {
 using autograd::Tensors;
 
 namespace {
+Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx, bool rows);
+
+// The dense gradient of the table: the rows of g added at their indices (but the padding row's).
+// It is linear in g; its own gradient looks h up at the same indices, zero at the padding row.
+Tensor embedding_grad(const Tensor& g, const autograd::SavedTensor& indices, int64_t num, int64_t padding_row,
+                      DType dtype) {
+  return autograd::linear_gradient(
+      "EmbeddingGradBackward", g,
+      native::embedding_backward(native::to_dtype(g, dtype), indices.unpack(), num, padding_row),
+      [indices, padding_row](const Tensor& h) {
+        const Tensor index = indices.unpack();
+        const Tensor rows = embedding_lookup(h, index, std::nullopt, false);
+        return padding_row < 0 ? rows : masked_fill(rows, eq(index, double(padding_row)).unsqueeze(-1), 0.0);
+      });
+}
+
+// dropout's gradient g * mask * scale, linear in g and its own gradient's formula.
+Tensor dropout_grad(const Tensor& g, const Tensor& mask, double scale) {
+  return autograd::linear_gradient("DropoutGradBackward", g, native::dropout_backward(g, mask, scale),
+                                   [mask, scale](const Tensor& h) { return dropout_grad(h, mask, scale); });
+}
+
 // rows: the backward leaves the table its rows (core/sparse_grad.h) instead of a dense table.
 Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx, bool rows) {
   Tensor out = native::embedding(weight, indices);
@@ -33,11 +56,12 @@ Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::option
                      });
     return out;
   }
-  autograd::record("EmbeddingBackward", {weight}, {out},
-                   [saved_indices, num, padding_row, dtype](const Tensors& g) -> Tensors {
-                     return {native::embedding_backward(native::to_dtype(g[0], dtype), saved_indices.unpack(), num,
-                                                      padding_row)};
-                   });
+  autograd::record(
+      "EmbeddingBackward", {weight}, {out},
+      [saved_indices, num, padding_row, dtype](const Tensors& g) -> Tensors {
+        return {embedding_grad(g[0], saved_indices, num, padding_row, dtype)};
+      },
+      autograd::Backward::differentiable);
   return out;
 }
 }  // namespace
@@ -62,9 +86,11 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     // Everything dropped: no random numbers needed, and no gradient gets through.
     Tensor out = zeros(x.shape(), {x.dtype(), x.device()});
     if (autograd::needs_grad({x})) {
-      autograd::record("DropoutBackward", {x}, {out}, [](const Tensors& g) -> Tensors {
-        return {zeros(g[0].shape(), {g[0].dtype(), g[0].device()})};
-      });
+      // a constant: its own gradient is zero
+      autograd::record(
+          "DropoutBackward", {x}, {out},
+          [](const Tensors& g) -> Tensors { return {zeros(g[0].shape(), {g[0].dtype(), g[0].device()})}; },
+          autograd::Backward::differentiable);
     }
     return out;
   }
@@ -72,9 +98,10 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (autograd::needs_grad({x})) {
     const double scale = 1.0 / (1.0 - p);
     const Tensor mask = r.mask;
-    autograd::record("DropoutBackward", {x}, {r.out}, [mask, scale](const Tensors& g) -> Tensors {
-      return {native::dropout_backward(g[0], mask, scale)};
-    });
+    autograd::record(
+        "DropoutBackward", {x}, {r.out},
+        [mask, scale](const Tensors& g) -> Tensors { return {dropout_grad(g[0], mask, scale)}; },
+        autograd::Backward::differentiable);
   }
   return r.out;
 }

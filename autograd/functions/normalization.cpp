@@ -1,5 +1,7 @@
 // Differentiable softmax, log-softmax, layer norm, batch norm, group norm and RMS norm. Their backward passes run dedicated
 // kernels (core/native/normalization.h) rather than chains of generic ops.
+#include "autograd/functions/composed_gradient.h"
+#include "autograd/functions/normalization_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -13,19 +15,38 @@ using autograd::Tensors;
 namespace {
 
 // What the backward of a normalisation with input x and optional affine weight and bias reads:
-// which gradients are wanted, and the saved tensors (undefined ones stay undefined).
+// which gradients are wanted, and the saved tensors (undefined ones stay undefined). x and the
+// weight keep their history: under create_graph the fused kernels' gradients get that of the
+// same gradients composed from differentiable ops (normalization_gradients.h).
 struct AffineNormSaved {
   bool need_dx, need_dw, need_db;
   autograd::SavedTensor x, weight, bias;
+  autograd::NormGradsWanted wanted() const { return {need_dx, need_dw, need_db}; }
 };
 
 AffineNormSaved save_affine_norm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return {x.requires_grad(),
           weight.defined() && weight.requires_grad(),
           bias.defined() && bias.requires_grad(),
-          autograd::save(x),
-          autograd::save(weight),
+          autograd::save_with_history(x),
+          autograd::save_with_history(weight),
           autograd::save(bias)};
+}
+
+// Records node `name` for a normalisation's output y. Its gradients are the fused kernels' values
+// fused(g, x, weight, sv); under create_graph they carry the history (nodes `grad_name`) of the
+// same gradients composed(g, x, weight, sv) from differentiable ops.
+template <class Fused, class Composed>
+void record_affine_norm(const char* name, const char* grad_name, const Tensors& inputs, const Tensor& y,
+                        const AffineNormSaved& sv, Fused fused, Composed composed) {
+  autograd::record(
+      name, inputs, {y},
+      [grad_name, sv, fused, composed](const Tensors& g) -> Tensors {
+        const Tensor xv = sv.x.unpack(), wv = sv.weight.unpack();
+        return autograd::with_composed_history(grad_name, fused(g[0], xv, wv, sv), {g[0], xv, wv},
+                                               [&] { return composed(g[0], xv, wv, sv); });
+      },
+      autograd::Backward::differentiable);
 }
 
 }  // namespace
@@ -61,12 +82,16 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   if (autograd::needs_grad({x, weight, bias})) {
     const AffineNormSaved sv = save_affine_norm(x, weight, bias);
     Tensor mean = r.mean, rstd = r.rstd;
-    autograd::record("LayerNormBackward", {x, weight, bias}, {r.y}, [=](const Tensors& g) -> Tensors {
-      native::LayerNormGrads d =
-          native::layer_norm_backward(g[0], sv.x.unpack(), normalized_shape, mean, rstd, sv.weight.unpack(),
-                                      sv.bias.unpack(), sv.need_dx, sv.need_dw, sv.need_db);
-      return {d.dx, d.dweight, d.dbias};
-    });
+    record_affine_norm(
+        "LayerNormBackward", "LayerNormGradBackward", {x, weight, bias}, r.y, sv,
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) -> Tensors {
+          native::LayerNormGrads d = native::layer_norm_backward(g, xv, normalized_shape, mean, rstd, wv,
+                                                                 s.bias.unpack(), s.need_dx, s.need_dw, s.need_db);
+          return {d.dx, d.dweight, d.dbias};
+        },
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) {
+          return autograd::layer_norm_gradients(g, xv, normalized_shape, wv, eps, s.wanted());
+        });
   }
   return r.y;
 }
@@ -102,26 +127,30 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
     Tensor mean = st.mean, invstd = st.invstd;
     const bool library_grads = lib.done && training;
     const int64_t values_per_channel = lib.done ? x.numel() / x.shape()[1] : 0;  // the library takes no empty input
-    autograd::record("BatchNormBackward", {x, weight, bias}, {y}, [=](const Tensors& g) -> Tensors {
-      const Tensor xv = sv.x.unpack(), wv = sv.weight.unpack();
+    const auto fused = [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) -> Tensors {
       if (library_grads) {
         native::BatchNormLibraryGrads d = native::batch_norm_library_backward(
-            g[0], xv, wv, sv.bias.unpack(), mean, invstd, eps, sv.need_dw, sv.need_db);
-        if (d.done) return {sv.need_dx ? d.dx : Tensor(), d.dweight, d.dbias};
+            g, xv, wv, s.bias.unpack(), mean, invstd, eps, s.need_dw, s.need_db);
+        if (d.done) return {s.need_dx ? d.dx : Tensor(), d.dweight, d.dbias};
       }
       // the library's mean and invstd are the pieces' too; only the count is to be made
       const Tensor n = count.defined() || !training
                            ? count
                            : full({1}, double(values_per_channel), {DType::f64, xv.device()});
       native::BatchNormReduced r;
-      if (training || sv.need_dw || sv.need_db)
-        r = native::batch_norm_backward_reduce(g[0], xv, mean, invstd, wv, sv.bias.unpack(), sv.need_dw, sv.need_db);
+      if (training || s.need_dw || s.need_db)
+        r = native::batch_norm_backward_reduce(g, xv, mean, invstd, wv, s.bias.unpack(), s.need_dw, s.need_db);
       Tensor dx;
-      if (sv.need_dx)
-        dx = training ? native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, r.sum_dy, r.sum_dy_xmu, n)
-                      : native::batch_norm_backward_elemt(g[0], xv, mean, invstd, wv, Tensor(), Tensor(), Tensor());
+      if (s.need_dx)
+        dx = training ? native::batch_norm_backward_elemt(g, xv, mean, invstd, wv, r.sum_dy, r.sum_dy_xmu, n)
+                      : native::batch_norm_backward_elemt(g, xv, mean, invstd, wv, Tensor(), Tensor(), Tensor());
       return {dx, r.dweight, r.dbias};
-    });
+    };
+    record_affine_norm("BatchNormBackward", "BatchNormGradBackward", {x, weight, bias}, y, sv, fused,
+                       [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) {
+                         return training ? autograd::batch_norm_gradients(g, xv, wv, eps, s.wanted())
+                                         : autograd::batch_norm_eval_gradients(g, xv, mean, invstd, wv, s.wanted());
+                       });
   }
   return y;
 }
@@ -133,28 +162,36 @@ Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weig
   if (autograd::needs_grad({x, weight, bias})) {
     const AffineNormSaved sv = save_affine_norm(x, weight, bias);
     Tensor mean = r.mean, rstd = r.rstd;
-    autograd::record("GroupNormBackward", {x, weight, bias}, {r.y}, [=](const Tensors& g) -> Tensors {
-      native::GroupNormGrads d =
-          native::group_norm_backward(g[0], sv.x.unpack(), num_groups, mean, rstd, sv.weight.unpack(),
-                                      sv.bias.unpack(), sv.need_dx, sv.need_dw, sv.need_db);
-      return {d.dx, d.dweight, d.dbias};
-    });
+    record_affine_norm(
+        "GroupNormBackward", "GroupNormGradBackward", {x, weight, bias}, r.y, sv,
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) -> Tensors {
+          native::GroupNormGrads d = native::group_norm_backward(g, xv, num_groups, mean, rstd, wv, s.bias.unpack(),
+                                                                 s.need_dx, s.need_dw, s.need_db);
+          return {d.dx, d.dweight, d.dbias};
+        },
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) {
+          return autograd::group_norm_gradients(g, xv, num_groups, wv, eps, s.wanted());
+        });
   }
   return r.y;
 }
 
 Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, std::optional<double> eps) {
   const Tensor x = autocast::to_f32(x_in), weight = autocast::to_f32(weight_in);
-  native::RmsNormResult r =
-      native::rms_norm(x, normalized_shape, weight, eps ? *eps : native::rms_norm_default_eps(x.dtype()));
+  const double epsilon = eps ? *eps : native::rms_norm_default_eps(x.dtype());
+  native::RmsNormResult r = native::rms_norm(x, normalized_shape, weight, epsilon);
   if (autograd::needs_grad({x, weight})) {
     const AffineNormSaved sv = save_affine_norm(x, weight, Tensor());
     Tensor rstd = r.rstd;
-    autograd::record("RmsNormBackward", {x, weight}, {r.y}, [=](const Tensors& g) -> Tensors {
-      native::RmsNormGrads d = native::rms_norm_backward(g[0], sv.x.unpack(), normalized_shape, rstd,
-                                                         sv.weight.unpack(), sv.need_dx, sv.need_dw);
-      return {d.dx, d.dweight};
-    });
+    record_affine_norm(
+        "RmsNormBackward", "RmsNormGradBackward", {x, weight}, r.y, sv,
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) -> Tensors {
+          native::RmsNormGrads d = native::rms_norm_backward(g, xv, normalized_shape, rstd, wv, s.need_dx, s.need_dw);
+          return {d.dx, d.dweight};
+        },
+        [=](const Tensor& g, const Tensor& xv, const Tensor& wv, const AffineNormSaved& s) {
+          return autograd::rms_norm_gradients(g, xv, normalized_shape, wv, epsilon, s.wanted());
+        });
   }
   return r.y;
 }
