@@ -22,6 +22,7 @@
 //   BM_GeluTanh             tanh-form gelu over 4M elements                 read x, write y
 //   BM_Dropout              dropout, p = 0.1, training, over 4M elements    read x, write y and
 //                           the one-byte keep mask
+//   BM_Randn                normal fill of 4M f32 elements (model initialisation)    write y
 //   BM_CastToBf16           f32 to bf16 conversion of 4M elements           read f32, write bf16
 //   BM_BroadcastAdd         [2048, 1024] + [1024]                           read both, write y
 //   BM_MaxPool2dFwdBwd      max_pool2d 2x2 of [128, 32, 28, 28], forward then backward
@@ -192,6 +193,10 @@ void BM_Dropout(benchmark::State& state) {
   over_4m_elements(state, 2.0 * kF32 + 1.0, [](const ember::Tensor& x) { return ember::dropout(x, 0.1, true); });
 }
 
+void BM_Randn(benchmark::State& state) {
+  over_4m_elements(state, kF32, [](const ember::Tensor&) { return ember::randn({4 << 20}); });
+}
+
 void BM_CastToBf16(benchmark::State& state) {
   over_4m_elements(state, kF32 + 2.0, [](const ember::Tensor& x) { return x.to(ember::DType::bf16); });
 }
@@ -266,6 +271,7 @@ BENCHMARK(BM_RmsNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_Gelu)->Apply(threads);
 BENCHMARK(BM_GeluTanh)->Apply(threads);
 BENCHMARK(BM_Dropout)->Apply(threads);
+BENCHMARK(BM_Randn)->Apply(threads);
 BENCHMARK(BM_CastToBf16)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);

@@ -1,7 +1,8 @@
 // CPU dropout and the mask stream of kernels/cpu/dropout_mask.h.
 //
 // Each Philox4x32-10 block yields four 32-bit words and each word decides one element, so a
-// mask of n elements runs n / 4 blocks; the AVX2 path runs 8 blocks side by side, the AVX-512
+// mask of n elements runs n / 4 blocks; the AVX2 path runs 16 blocks side by side
+// (kernels/cpu/philox_avx2.h) and the rest 4 at a time, the AVX-512
 // one (kernels/cpu/dropout_avx512.cpp) 16, each writing its keep bytes directly. Work is split
 // across threads by element ranges and every element's word depends only on its position, so
 // masks never depend on the thread count. The mask is stored one byte per element (bool) and
@@ -11,6 +12,8 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+
+#include "kernels/cpu/philox_avx2.h"
 #endif
 
 #include "core/cpu_features.h"
@@ -29,51 +32,45 @@ namespace cpu {
 namespace {
 
 #if defined(__AVX2__)
-// High and low 32-bit words of the 32x32-bit products of 8 lanes with m.
-inline void mul_hi_lo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
-  const __m256i even = _mm256_mul_epu32(a, m);
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+// Byte w of 32-bit lane k keeps when word[w] of lane k, shifted right by 8, is >= the threshold
+// (24-bit values: the signed compare with threshold - 1 is exact).
+inline __m256i keep_bytes(const __m256i (&word)[4], __m256i below) {
+  __m256i bytes = _mm256_setzero_si256();
+  for (int w = 0; w < 4; ++w) {
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_srli_epi32(word[w], 8), below);
+    bytes = _mm256_or_si256(bytes, _mm256_and_si256(keep, _mm256_set1_epi32(1 << (8 * w))));
+  }
+  return bytes;
 }
 
-// The keep bytes of the 8 blocks first .. first + 7: out[4 k + w] decides word w of block
-// first + k. The rounds of Philox::draw on 8 lanes; round keys precomputed by the caller.
-inline void keep8(uint64_t first, const __m256i* key0, const __m256i* key1, __m256i below, uint8_t* out) {
-  const __m256i mul0 = _mm256_set1_epi64x(0xD2511F53u), mul1 = _mm256_set1_epi64x(0xCD9E8D57u);
-  __m256i c0, c1;
-  if (uint32_t(first) <= 0xFFFFFFFFu - 7u) {  // the low words do not wrap within the 8
-    c0 = _mm256_add_epi32(_mm256_set1_epi32(int(uint32_t(first))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    c1 = _mm256_set1_epi32(int(uint32_t(first >> 32)));
-  } else {
-    alignas(32) uint32_t lo[8], hi[8];
-    for (int k = 0; k < 8; ++k) {
-      lo[k] = uint32_t(first + uint64_t(k));
-      hi[k] = uint32_t((first + uint64_t(k)) >> 32);
-    }
-    c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
-    c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+// The keep bytes of the 16 blocks first .. first + 15: out[4 k + w] decides word w of block
+// first + k. Groups 0 and 1 hold the even and odd blocks of the first 8, so that shifting the odd
+// group's words into the upper halves of the lanes puts all 8 in block order.
+inline void keep16(uint64_t first, const philox_avx2::RoundKeys& keys, __m256i below, uint8_t* out) {
+  const __m256i even = _mm256_setr_epi64x(0, 2, 4, 6), step = _mm256_set1_epi64x(1);
+  const __m256i base = _mm256_add_epi64(_mm256_set1_epi64x(int64_t(first)), even);
+  const __m256i counter[4] = {base, _mm256_add_epi64(base, step),
+                              _mm256_add_epi64(base, _mm256_set1_epi64x(8)),
+                              _mm256_add_epi64(base, _mm256_set1_epi64x(9))};
+  philox_avx2::Words words[4];
+  philox_avx2::rounds(keys, counter, words);
+  for (int half = 0; half < 2; ++half) {
+    // 32-bit lane k: word w of block 8 half + k
+    __m256i word[4];
+    for (int w = 0; w < 4; ++w)
+      word[w] = _mm256_blend_epi32(words[2 * half].w[w], _mm256_slli_epi64(words[2 * half + 1].w[w], 32), 0xAA);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * half), keep_bytes(word, below));
   }
-  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
-  for (int round = 0; round < 10; ++round) {
-    __m256i hi0, lo0, hi1, lo1;
-    mul_hi_lo(c0, mul0, hi0, lo0);
-    mul_hi_lo(c2, mul1, hi1, lo1);
-    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key0[round]);
-    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key1[round]);
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-  }
-  // keep = (word >> 8) >= threshold (24-bit values: the signed compare is exact); byte w of
-  // lane k is word w of block k
-  const __m256i one = _mm256_set1_epi32(1);
-  auto keep = [&](__m256i c) { return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_srli_epi32(c, 8), below), one); };
-  const __m256i bytes =
-      _mm256_or_si256(_mm256_or_si256(keep(c0), _mm256_slli_epi32(keep(c1), 8)),
-                      _mm256_or_si256(_mm256_slli_epi32(keep(c2), 16), _mm256_slli_epi32(keep(c3), 24)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+}
+
+// keep16 for the 4 blocks first .. first + 3 (the tail of a row).
+inline void keep4(uint64_t first, const philox_avx2::RoundKeys& keys, __m256i below, uint8_t* out) {
+  const __m256i counter[1] = {_mm256_add_epi64(_mm256_set1_epi64x(int64_t(first)), _mm256_setr_epi64x(0, 1, 2, 3))};
+  philox_avx2::Words words[1];
+  philox_avx2::rounds(keys, counter, words);
+  // the blocks' bytes sit in the even 32-bit lanes
+  const __m256i bytes = _mm256_permutevar8x32_epi32(keep_bytes(words[0].w, below), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(bytes));
 }
 #endif
 
@@ -88,15 +85,11 @@ void keep_blocks(uint64_t key, uint64_t first, int64_t count, uint32_t threshold
   int64_t b = 0;
   if (cpu_capability() == CpuCapability::Avx512) b = dropout_keep_blocks_avx512(key, first, count, threshold, out);
 #if defined(__AVX2__)
-  if (b + 8 <= count) {
-    __m256i key0[10], key1[10];
-    uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-    for (int round = 0; round < 10; ++round, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
-      key0[round] = _mm256_set1_epi32(int(k0));
-      key1[round] = _mm256_set1_epi32(int(k1));
-    }
+  if (b + 4 <= count) {
+    const philox_avx2::RoundKeys keys(key);
     const __m256i below = _mm256_set1_epi32(int(threshold) - 1);
-    for (; b + 8 <= count; b += 8) keep8(first + uint64_t(b), key0, key1, below, out + 4 * b);
+    for (; b + 16 <= count; b += 16) keep16(first + uint64_t(b), keys, below, out + 4 * b);
+    for (; b + 4 <= count; b += 4) keep4(first + uint64_t(b), keys, below, out + 4 * b);
   }
 #endif
   for (; b < count; ++b) {

@@ -7,8 +7,12 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/dropout_mask.h"
 #include "kernels/reference/fused.h"
 #include "kernels/reference/nn_functional.h"
 #include "same_bits.h"
@@ -755,6 +759,34 @@ TEST(DropoutStream, EveryKernelPathMatchesTheReference) {
         });
         EXPECT_TRUE(all_close(one, reference::dropout(ref(x), 0.35, {91, offset}), 1e-6, 1e-7));
         EXPECT_EQ(one.to_vector<float>(), two.to_vector<float>());
+      }
+    }
+  }
+  set_cpu_capability(saved);
+}
+
+TEST(DropoutStream, KeepMaskIsThePhiloxStreamBitForBit) {
+  // cpu::dropout_keep_mask on every kernel path against Philox::draw word by word: starts and
+  // lengths that leave partial blocks and partial 16-block steps, counters that carry.
+  const CpuCapability saved = cpu_capability();
+  const uint32_t threshold = cpu::dropout_threshold(0.3);
+  for (CpuCapability cap : {CpuCapability::Avx2, CpuCapability::Avx512}) {
+    set_cpu_capability(cap);
+    for (uint64_t offset : {uint64_t(0), (uint64_t(1) << 32) - 9, (uint64_t(7) << 32) - 1}) {
+      for (auto [first, n] : {std::pair<int64_t, int64_t>{0, 64}, {1, 2}, {3, 61}, {6, 257}, {13, 4099}, {0, 8191}}) {
+        SCOPED_TRACE(std::string(cpu_capability_name(cpu_capability())) + " offset " + std::to_string(offset) +
+                     " first " + std::to_string(first) + " n " + std::to_string(n));
+        const GeneratorState st{0x1234567890ABCDEFull, offset};
+        std::vector<uint8_t> keep(size_t(n) + 1, 7);
+        cpu::dropout_keep_mask(st, threshold, first, n, keep.data());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t e = first + i;
+          const uint32_t w = Philox::draw(st.seed, 0, offset + uint64_t(e / 4))[size_t(e % 4)];
+          wrong += keep[size_t(i)] != ((w >> 8) >= threshold ? 1 : 0);
+        }
+        EXPECT_EQ(wrong, 0);
+        EXPECT_EQ(keep[size_t(n)], 7);  // nothing written past n
       }
     }
   }
