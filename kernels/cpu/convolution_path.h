@@ -62,9 +62,9 @@ enum class ConvPass { Forward, BackwardInput, BackwardWeight };
 inline constexpr int64_t kOneDnnMinChannels = 4;
 // Input channels per group up to which oneDNN's weight gradient wins (above, the GEMM's).
 inline constexpr int64_t kOneDnnMaxWeightGradChannels = 32;
-// Taps from which the direct kernel beats the GEMM on a one-channel input (it wins at 5x5 and
-// loses at 3x3, where the GEMM's output writes, not its multiplies, set the pace).
-inline constexpr int64_t kDirectMinTaps = 16;
+// Taps from which the direct kernel beats the GEMM on a one-channel input (3x3 and up; fewer
+// taps are untried).
+inline constexpr int64_t kDirectMinTaps = 9;
 
 const char* conv_path_name(ConvPath path);
 // The path a pass takes: x [N, C, H, W], weight [O, C / groups, kH, kW], y [N, O, Ho, Wo] (the
