@@ -243,10 +243,12 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"1 channel asymmetric same", {2, 1, 9, 10}, {2, 1, 4, 4}, {1, 1}, {}, {1, 1}, 1, true, "same"});
   // 1x1 convolutions the GEMM path gathers into the micro-kernel's panels: output channels past
   // a multiple of 6, input channels past a multiple of 16, more output positions than one task
-  // or one block of the weight gradient holds, padding with stride, three images.
+  // holds, padding with stride, three images. The weight gradient's tiles (4 output by 3 input
+  // channels) with remainders, position counts not a multiple of 8, groups of images.
   cases.push_back({"1x1 stride 2 wide", {3, 20, 44, 46}, {13, 20, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"1x1 stride 2 3 padded", {2, 17, 9, 10}, {7, 17, 1, 1}, {2, 3}, {1, 2}, {1, 1}, 1, true});
   cases.push_back({"1x1 padded many channels", {2, 40, 5, 6}, {12, 40, 1, 1}, {1, 1}, {2, 1}, {1, 1}, 1, false});
+  cases.push_back({"1x1 stride 2 padded odd one image", {1, 5, 11, 13}, {3, 5, 1, 1}, {2, 2}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1x1 stride 2 256 channels", {1, 256, 34, 34}, {7, 256, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
   for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
     ForcedConvPath forced(path);
