@@ -109,8 +109,10 @@ DirectPlan plan_of(const DirectGeometry& g, const float* w) {
   for (int64_t c = 0; c < g.channels; ++c)
     for (int64_t kh = 0; kh < g.kernel_h; ++kh)
       for (int64_t kw = 0; kw < g.kernel_w; ++kw)
-        plan.offsets.push_back(g.shifted() ? (c * g.kernel_w + kw) * g.copy_size() + kh * g.p.dilation[0] * g.out_w
-                                           : c * g.copy_size() + kh * g.p.dilation[0] * g.copy_w() + kw * g.p.dilation[1]);
+        if (g.shifted())  // copy (c, kw), row kh * dilation
+          plan.offsets.push_back((c * g.kernel_w + kw) * g.copy_size() + kh * g.p.dilation[0] * g.out_w);
+        else  // copy c, row kh * dilation, column kw * dilation
+          plan.offsets.push_back(c * g.copy_size() + kh * g.p.dilation[0] * g.copy_w() + kw * g.p.dilation[1]);
   const int64_t taps = g.taps();
   plan.weights.resize(size_t(g.out_channels * taps));
   for (int64_t o0 = 0; o0 < g.out_channels; o0 += kChannelBlock) {

@@ -153,15 +153,13 @@ void pointwise_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& g
   const int64_t group = std::max<int64_t>(1, kGroupPositions / g.area());
   const float* dyd = grad_output.data_ptr<float>();
   const float* xd = input.data_ptr<float>();
-  sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPartialSlot,
-                                  [&](int64_t n0, int64_t n1, float* acc) {
-                                    const int64_t most = std::min(group, n1 - n0);
-                                    float* xs = thread_scratch<float>(kGatheredSlot, size_t(most * g.channels * g.row()));
-                                    for (int64_t n = n0; n < n1; n += most) {
-                                      const int64_t images = std::min(most, n1 - n);
-                                      accumulate_group(g, dyd + n * dy_image, xd + n * x_image, images, xs, acc);
-                                    }
-                                  });
+  auto run_chunk = [&](int64_t n0, int64_t n1, float* acc) {
+    const int64_t most = std::min(group, n1 - n0);
+    float* xs = thread_scratch<float>(kGatheredSlot, size_t(most * g.channels * g.row()));
+    for (int64_t n = n0; n < n1; n += most)
+      accumulate_group(g, dyd + n * dy_image, xd + n * x_image, std::min(most, n1 - n), xs, acc);
+  };
+  sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPartialSlot, run_chunk);
 }
 
 }  // namespace ember::cpu
