@@ -1,9 +1,11 @@
 // A direct f32 forward kernel for convolutions with few taps per output (a first layer on a
 // 1-channel image: Cg * kH * kW of 9 or 25). There im2col + GEMM runs a product with a tiny
 // inner dimension that spends its time packing and storing rather than multiplying; this
-// kernel keeps three output channels by up to 32 output columns in registers and sweeps the
-// taps over a zero-padded copy of the image, writing each output once. The automatic choice
-// (convolution_path.h) takes it for one-channel layers from kDirectMinTaps taps.
+// kernel keeps three output channels by up to 32 output positions in registers, the bias
+// seeding them, and sweeps the taps over copies of the image (zero-padded, or shifted per
+// kernel column where rows are not a multiple of 8 wide), writing each output once. The
+// automatic choice (convolution_path.h) takes it for one-channel layers from kDirectMinTaps
+// taps.
 #pragma once
 #include "core/native/convolution.h"
 
@@ -13,7 +15,7 @@ namespace ember::cpu {
 inline constexpr int64_t kDirectMaxTaps = 32;
 
 // Whether the direct kernel runs this forward convolution: one group, unit strides, at most
-// kDirectMaxTaps taps and output rows of at least 8 columns. x [N, C, H, W], w [O, C, kH, kW],
+// kDirectMaxTaps taps and at least 8 output positions per channel. x [N, C, H, W], w [O, C, kH, kW],
 // y [N, O, Ho, Wo].
 bool direct_conv_applies(const Shape& x, const Shape& w, const Shape& y, const native::Conv2dParams& params);
 // conv2d_stub's contract, f32, where direct_conv_applies.

@@ -17,7 +17,7 @@
 //   lenet c2 6->16 5x5 12x12 (64)      fwd         onednn     59        59       62
 //                                      bwd_data    onednn     33        34       37
 //                                      bwd_weight  onednn     44        45       49
-//   fmnist c1 1->32 3x3 28x28 (128)    fwd         gemm       48        28       62
+//   fmnist c1 1->32 3x3 28x28 (128)    fwd         direct     57        28       62
 //                                      bwd_data    gemm       49         7        9
 //                                      bwd_weight  gemm       25         7        9
 //   fmnist c2 32->64 3x3 14x14 (128)   fwd         onednn     75        80       88
@@ -28,16 +28,18 @@
 //                                      bwd_weight  gemm       68        64       67
 //   resnet 64->128 1x1 s2 56x56 (8)    fwd         gemm       67        58       78
 //                                      bwd_data    gemm       57        50       75
-//                                      bwd_weight  gemm       49        42       77
+//                                      bwd_weight  gemm       67        42       77
 //
-// The direct kernel loses to the GEMM on the 3x3 first layer (both near 45, bound by writing
-// the output), oneDNN's weight gradient to the GEMM from 64 channels (resnet 256->256: 57 vs
-// 85 on the GEMM), and the 1x1 layers go to the GEMM: their reorders cost more than oneDNN's
-// kernels gain.
+// On the 3x3 first layer the direct kernel (shifted copies: no idle lanes on 28-wide rows)
+// beats the GEMM (57 against 50 in alternating runs), both near the pace of writing the
+// output. oneDNN's weight gradient loses to the GEMM from 64 channels (resnet 256->256: 57
+// vs 85 on the GEMM), and the 1x1 layers go to the GEMM: their reorders cost more than
+// oneDNN's kernels gain (the 1x1 weight gradient takes dot products along the positions,
+// convolution_pointwise_weight.cpp).
 //
 // Dispatch (conv_path_for): a forward convolution on a one-channel input with at least
-// kDirectMinTaps taps (a 5x5 first layer) runs the direct kernel (convolution_direct.h). Other
-// passes go to oneDNN when each group has at least kOneDnnMinChannels input channels (oneDNN's
+// kDirectMinTaps taps (a 3x3 or 5x5 first layer) runs the direct kernel (convolution_direct.h).
+// Other passes go to oneDNN when each group has at least kOneDnnMinChannels input channels (oneDNN's
 // blocked kernels block over channels; a 1-channel first layer leaves them mostly padding), the
 // kernel is larger than 1x1 (a 1x1 convolution does too little work per element for the
 // reorders to pay) and the batch has at least an image per thread (the oneDNN path splits the
@@ -46,7 +48,7 @@
 // there: oneDNN takes f32 (bf16/f16 run widened to f32), one group, no input-gradient bias
 // (conv_transpose2d's), non-negative end padding, not a 1x1 stride-1 convolution (its GEMM
 // needs no im2col); the direct kernel the forward pass with one group, unit strides, at most
-// kDirectMaxTaps taps and output rows of at least 8 columns. EMBER_CONV_PATH=gemm|onednn|direct
+// kDirectMaxTaps taps and at least 8 output positions. EMBER_CONV_PATH=gemm|onednn|direct
 // (or set_conv_path) forces one wherever it supports the case, the GEMM elsewhere.
 #pragma once
 #include <optional>
@@ -62,9 +64,9 @@ enum class ConvPass { Forward, BackwardInput, BackwardWeight };
 inline constexpr int64_t kOneDnnMinChannels = 4;
 // Input channels per group up to which oneDNN's weight gradient wins (above, the GEMM's).
 inline constexpr int64_t kOneDnnMaxWeightGradChannels = 32;
-// Taps from which the direct kernel beats the GEMM on a one-channel input (it wins at 5x5 and
-// loses at 3x3, where the GEMM's output writes, not its multiplies, set the pace).
-inline constexpr int64_t kDirectMinTaps = 16;
+// Taps from which the direct kernel beats the GEMM on a one-channel input (3x3 and up; fewer
+// taps are untried).
+inline constexpr int64_t kDirectMinTaps = 9;
 
 const char* conv_path_name(ConvPath path);
 // The path a pass takes: x [N, C, H, W], weight [O, C / groups, kH, kW], y [N, O, Ho, Wo] (the

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/parallel.h"
-#include "kernels/cpu/convolution_weight_chunks.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec8.h"
@@ -19,8 +18,7 @@ constexpr int64_t kCols = kPackedAvx2Cols;
 // Output positions one task gathers: 8 panels, a few tens of KiB at 64 channels, in L1/L2
 // while every row panel of the weight passes over them.
 constexpr int64_t kTaskCols = 8 * kCols;
-// Scratch: the caller's packed weight (or weight-gradient partials), each task's panels and
-// edge tile.
+// Scratch: the caller's packed weight, each task's panels and edge tile.
 constexpr int kPackedWeightSlot = 2;
 constexpr int kPanelSlot = 3;
 
@@ -129,92 +127,6 @@ void multiply_task(const PointwiseGeometry& g, const float* packed_w, const floa
   }
 }
 
-// ---- weight gradient: dW [O, C] = sum over images and output positions p of
-// dY[o][p] * x[c][where p reads], tiles of kRows output channels by kCols input channels, the
-// positions (the inner dimension) taken kc at a time.
-
-// dY rows [r * kRows, + kRows) at positions [p0, p0 + kc) as one row panel, zero past O.
-void pack_grad_rows(const PointwiseGeometry& g, const float* dy, int64_t r, int64_t p0, int64_t kc, float* a) {
-  const int64_t area = g.area();
-  for (int64_t i = 0; i < kRows; ++i) {
-    const int64_t o = r * kRows + i;
-    if (o >= g.out_channels) {
-      for (int64_t k = 0; k < kc; ++k) a[k * kRows + i] = 0.0f;
-      continue;
-    }
-    const float* row = dy + o * area + p0;
-    for (int64_t k = 0; k < kc; ++k) a[k * kRows + i] = row[k];
-  }
-}
-
-// Input channels as column panels over positions [p0, p0 + kc): panel q holds
-// b[k * kCols + j] = x[q * kCols + j] where position p0 + k reads (zero in the padding and past
-// C). Output row segment by segment, the panel's channels inside: the segment's lines of the
-// panel (one per position) then stay in L1 while all its channels are written.
-void gather_channel_panels(const PointwiseGeometry& g, const float* x, int64_t p0, int64_t kc, float* b) {
-  const int64_t plane = g.height * g.width, sw = g.p.stride[1];
-  const int64_t panels = (g.channels + kCols - 1) / kCols;
-  if (g.channels % kCols != 0) std::fill(b + (panels - 1) * kc * kCols, b + panels * kc * kCols, 0.0f);
-  const int64_t lo = g.first_inside(), hi = g.end_inside();
-  for (int64_t i = p0; i < p0 + kc;) {
-    const int64_t oh = i / g.out_w, ow0 = i % g.out_w, ow1 = std::min(g.out_w, ow0 + p0 + kc - i);
-    const int64_t ih = oh * g.p.stride[0] - g.p.padding_begin[0];
-    const bool row_inside = ih >= 0 && ih < g.height;
-    const int64_t a = row_inside ? std::clamp(lo, ow0, ow1) : ow1, e = row_inside ? std::clamp(hi, a, ow1) : ow1;
-    // Too many channel streams for the hardware prefetcher: ask for the next row's.
-    const int64_t next_ih = ih + g.p.stride[0];
-    const bool prefetch = ow1 == g.out_w && next_ih >= 0 && next_ih < g.height;
-    for (int64_t c = 0; c < g.channels; ++c) {
-      if (prefetch)
-        for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(x + c * plane + next_ih * g.width + k);
-      float* out = b + (c / kCols) * kc * kCols + c % kCols + (i - p0 - ow0) * kCols;
-      const float* row = x + c * plane + ih * g.width - g.p.padding_begin[1];
-      for (int64_t ow = ow0; ow < a; ++ow) out[ow * kCols] = 0.0f;
-      for (int64_t ow = a; ow < e; ++ow) out[ow * kCols] = row[ow * sw];
-      for (int64_t ow = e; ow < ow1; ++ow) out[ow * kCols] = 0.0f;
-    }
-    i += ow1 - ow0;
-  }
-}
-
-// Positions per block: the gathered panels of all channels stay within 256 KiB (in L2), and
-// each channel's and each dY row's read runs as long as that allows (short runs over many
-// rows leave the loads waiting on memory).
-int64_t position_blocks(const PointwiseGeometry& g) {
-  const int64_t padded_channels = (g.channels + kCols - 1) / kCols * kCols;
-  const int64_t per_block = std::max<int64_t>(64, (int64_t(256) << 10) / int64_t(sizeof(float)) / padded_channels);
-  return (g.area() + per_block - 1) / per_block;
-}
-
-// dw [O, C] += this image's gradient.
-void accumulate_image(const PointwiseGeometry& g, const float* dy, const float* x, float* dw, float* scratch) {
-  const int64_t area = g.area(), blocks = position_blocks(g);
-  const int64_t col_panels = (g.channels + kCols - 1) / kCols;
-  const int64_t kc_max = (area + blocks - 1) / blocks;
-  float* b = scratch;
-  float* a = b + col_panels * kc_max * kCols;
-  float* tile = a + kc_max * kRows;
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t p0 = area * blk / blocks, kc = area * (blk + 1) / blocks - p0;
-    gather_channel_panels(g, x, p0, kc, b);
-    for (int64_t r = 0; r < g.row_panels(); ++r) {
-      pack_grad_rows(g, dy, r, p0, kc, a);
-      const int64_t rows = std::min(kRows, g.out_channels - r * kRows);
-      for (int64_t q = 0; q < col_panels; ++q) {
-        const int64_t width = std::min(kCols, g.channels - q * kCols);
-        float* c = dw + r * kRows * g.channels + q * kCols;
-        if (rows == kRows && width == kCols) {
-          packed_micro_kernel_avx2(kc, a, b + q * kc * kCols, c, g.channels, 1.0f, 1.0f);
-          continue;
-        }
-        packed_micro_kernel_avx2(kc, a, b + q * kc * kCols, tile, kCols, 1.0f, 0.0f);
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < width; ++j) c[i * g.channels + j] += tile[i * kCols + j];
-      }
-    }
-  }
-}
-
 }  // namespace
 
 bool pointwise_conv_applies(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
@@ -245,23 +157,6 @@ void pointwise_conv2d(const Tensor& out, const Tensor& input, const Tensor& weig
       multiply_task(g, packed_w, b, bd, yd + n * y_image, col0, cols, tile);
     }
   });
-}
-
-void pointwise_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
-                                      const Conv2dParams& p) {
-  const Shape &x = input.shape(), &y = grad_output.shape();
-  const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
-  const int64_t x_image = g.channels * g.height * g.width, y_image = g.out_channels * g.area();
-  const int64_t blocks = position_blocks(g);
-  const int64_t kc_max = (g.area() + blocks - 1) / blocks;
-  const int64_t scratch_floats = ((g.channels + kCols - 1) / kCols * kCols + kRows) * kc_max + kRows * kCols;
-  sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPackedWeightSlot,
-                                  [&](int64_t n0, int64_t n1, float* acc) {
-                                    float* scratch = thread_scratch<float>(kPanelSlot, size_t(scratch_floats));
-                                    for (int64_t n = n0; n < n1; ++n)
-                                      accumulate_image(g, grad_output.data_ptr<float>() + n * y_image,
-                                                       input.data_ptr<float>() + n * x_image, acc, scratch);
-                                  });
 }
 
 }  // namespace ember::cpu

@@ -3,8 +3,9 @@
 // written straight into the packed GEMM's 16-column panels (gemm_packed.h) and multiplied there
 // by its AVX2 micro-kernel. The im2col path writes the gathered columns once and the GEMM packs
 // them again; on a stride-2 1x1 layer those two copies cost a third of the multiply. The
-// weight gradient gathers the same way, into panels of 16 input channels. Part of the GEMM path
-// (convolution.cpp calls it for f32 where it applies).
+// weight gradient (convolution_pointwise_weight.cpp) gathers each image into rows of positions
+// and takes dot products along them. Part of the GEMM path (convolution.cpp calls it for f32
+// where it applies).
 #pragma once
 #include "core/native/convolution.h"
 
@@ -20,8 +21,8 @@ bool pointwise_conv_applies(const Shape& x, const Shape& w, const Shape& y, cons
 // conv2d_stub's contract, f32, where pointwise_conv_applies.
 void pointwise_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                       const native::Conv2dParams& params);
-// conv2d_backward_weight_stub's contract, f32, where pointwise_conv_applies: the same gather,
-// into panels of 16 input channels, against packed rows of dY.
+// conv2d_backward_weight_stub's contract, f32, where pointwise_conv_applies: the gathered
+// input's rows against dY's, dot products along the output positions.
 void pointwise_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
                                       const native::Conv2dParams& params);
 

@@ -227,19 +227,28 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"8 channels dilated", {2, 8, 9, 9}, {3, 8, 3, 2}, {1, 1}, {2, 1}, {2, 3}, 1, true});
   cases.push_back({"8 channels stride leaves rows", {2, 8, 8, 8}, {4, 8, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"8 channels groups 2", {2, 8, 6, 6}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true});
-  // Shapes the direct kernel takes (few taps, rows of at least 8 columns): channel blocks of 3
-  // with a remainder, rows whose last 8-column chunk overlaps the one before.
+  // Shapes the direct kernel takes (few taps, at least 8 output positions): channel blocks of 3
+  // with a remainder, a plane whose last 8-position chunk overlaps the one before. Rows not a
+  // multiple of 8 wide read shifted copies in chunks that span rows; rows of 8 or 16 read a
+  // padded copy row by row.
   cases.push_back({"1 channel 3x3 same", {3, 1, 10, 12}, {5, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  cases.push_back({"1 channel 3x3 28 wide one image", {1, 1, 28, 28}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
+  cases.push_back({"1 channel 3x3 rows of 5", {2, 1, 3, 5}, {4, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  cases.push_back({"1 channel 3x3 odd plane", {3, 1, 7, 9}, {2, 1, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1, false});
+  cases.push_back({"1 channel 5x5 rows of 16", {2, 1, 20, 20}, {7, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1, true});
+  cases.push_back({"2 channels 3x3 rows of 8", {3, 2, 5, 8}, {4, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1 channel 5x5 valid", {2, 1, 13, 16}, {6, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1, false});
   cases.push_back({"1 channel dilated", {2, 1, 12, 13}, {4, 1, 3, 2}, {1, 1}, {2, 0}, {2, 3}, 1, true});
   cases.push_back({"2 channels narrow rows", {2, 2, 6, 11}, {7, 2, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1, true});
   cases.push_back({"1 channel asymmetric same", {2, 1, 9, 10}, {2, 1, 4, 4}, {1, 1}, {}, {1, 1}, 1, true, "same"});
   // 1x1 convolutions the GEMM path gathers into the micro-kernel's panels: output channels past
   // a multiple of 6, input channels past a multiple of 16, more output positions than one task
-  // or one block of the weight gradient holds, padding with stride, three images.
+  // holds, padding with stride, three images. The weight gradient's tiles (4 output by 3 input
+  // channels) with remainders, position counts not a multiple of 8, groups of images.
   cases.push_back({"1x1 stride 2 wide", {3, 20, 44, 46}, {13, 20, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"1x1 stride 2 3 padded", {2, 17, 9, 10}, {7, 17, 1, 1}, {2, 3}, {1, 2}, {1, 1}, 1, true});
   cases.push_back({"1x1 padded many channels", {2, 40, 5, 6}, {12, 40, 1, 1}, {1, 1}, {2, 1}, {1, 1}, 1, false});
+  cases.push_back({"1x1 stride 2 padded odd", {1, 5, 11, 13}, {3, 5, 1, 1}, {2, 2}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1x1 stride 2 256 channels", {1, 256, 34, 34}, {7, 256, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
   for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
     ForcedConvPath forced(path);
@@ -305,6 +314,9 @@ TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
   EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, x1, w1, y1, valid, true), cpu::ConvPath::Direct);
   EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardInput, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
   EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
+  // So does a one-channel 3x3 layer's.
+  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 1, 28, 28}, {32, 1, 3, 3}, {8, 32, 28, 28}, p, true),
+            cpu::ConvPath::Direct);
   {
     ForcedConvPath forced(cpu::ConvPath::OneDnn);
     EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
