@@ -1,5 +1,6 @@
 // Differentiable softmax, log-softmax, layer norm, batch norm, group norm and RMS norm. Their backward passes run dedicated
 // kernels (core/native/normalization.h) rather than chains of generic ops.
+#include "autograd/functions/softmax_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -34,10 +35,11 @@ Tensor softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    autograd::SavedTensor ys = autograd::save(y);
-    autograd::record("SoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::softmax_backward(g[0], ys.unpack(), dim)};
-    });
+    autograd::SavedTensor ys = autograd::save_output(y);
+    autograd::record(
+        "SoftmaxBackward", {x}, {y},
+        [ys, dim](const Tensors& g) -> Tensors { return {autograd::softmax_grad(g[0], ys.unpack(), dim)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -46,10 +48,11 @@ Tensor log_softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::log_softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    autograd::SavedTensor ys = autograd::save(y);
-    autograd::record("LogSoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::log_softmax_backward(g[0], ys.unpack(), dim)};
-    });
+    autograd::SavedTensor ys = autograd::save_output(y);
+    autograd::record(
+        "LogSoftmaxBackward", {x}, {y},
+        [ys, dim](const Tensors& g) -> Tensors { return {autograd::log_softmax_grad(g[0], ys.unpack(), dim)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }
