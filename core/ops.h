@@ -34,6 +34,8 @@ Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+// x where x > 0, else negative_slope * x (PyTorch's); floating-point input only.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor gelu(const Tensor& x, bool tanh_approx = false);  // exact erf form by default
 Tensor silu(const Tensor& x);                             // x * sigmoid(x)
 Tensor abs(const Tensor& x);

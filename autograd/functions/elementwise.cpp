@@ -1,8 +1,8 @@
 // Differentiable elementwise ops: forward through core/native/elementwise.h, backward formulas
 // here. Gradients of broadcasting ops are summed back to each input's shape and returned in
-// the input's dtype. Every formula but that of gelu's tanh form is built from differentiable
-// ops on inputs saved with their history (outputs through save_output), so it can be
-// differentiated again (create_graph); under no-grad mode those ops are their native calls.
+// the input's dtype. Every formula is built from differentiable ops on inputs saved with their
+// history (outputs through save_output), so it can be differentiated again (create_graph);
+// under no-grad mode those ops are their native calls.
 #include <cmath>
 #include <limits>
 
@@ -79,7 +79,7 @@ Tensor unary_op(const char* node, UnaryOp op, const Tensor& x, UnaryParams p = {
         [node, op, p, saved](const Tensors& g) -> Tensors {
           return {autograd::unary_grad(node, op, g[0], saved.unpack(), p)};
         },
-        autograd::has_second_derivative(op) ? Backward::differentiable : Backward::first_order);
+        Backward::differentiable);
   }
   return y;
 }
@@ -229,6 +229,9 @@ Tensor rsqrt(const Tensor& x) { return unary_op("RsqrtBackward", UnaryOp::Rsqrt,
 Tensor tanh(const Tensor& x) { return unary_op("TanhBackward", UnaryOp::Tanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary_op("SigmoidBackward", UnaryOp::Sigmoid, x); }
 Tensor relu(const Tensor& x) { return unary_op("ReluBackward", UnaryOp::Relu, x); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return unary_op("LeakyReluBackward", UnaryOp::LeakyRelu, x, {negative_slope, 0.0});
+}
 Tensor abs(const Tensor& x) { return unary_op("AbsBackward", UnaryOp::Abs, x); }
 
 Tensor gelu(const Tensor& x, bool tanh_approx) {

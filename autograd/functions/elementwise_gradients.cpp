@@ -14,6 +14,8 @@ using native::UnaryParams;
 namespace {
 
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi), gelu's tanh form
+constexpr double kGeluCubic = 0.044715;
 
 // 1 - t
 Tensor one_minus(const Tensor& t) { return add(neg(t), 1.0); }
@@ -32,6 +34,13 @@ Tensor saved_term(UnaryOp op, const Tensor& hg, const Tensor& s, UnaryParams p) 
       const Tensor phi = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
       return mul(hg, mul(phi, add(neg(x2), 2.0)));
     }
+    case UnaryOp::GeluTanh: {  // u = k (x + c x^3), t = tanh(u): f'' = (1 - t^2) (u' + x (u'' - 2 t u'^2) / 2)
+      const Tensor x2 = mul(s, s);
+      const Tensor t = tanh(mul(mul(s, add(mul(x2, kGeluCubic), 1.0)), kSqrt2OverPi));
+      const Tensor du = mul(add(mul(x2, 3.0 * kGeluCubic), 1.0), kSqrt2OverPi);
+      const Tensor curvature = sub(mul(s, 6.0 * kGeluCubic * kSqrt2OverPi), mul(mul(t, 2.0), mul(du, du)));
+      return mul(hg, mul(one_minus(mul(t, t)), add(du, mul(mul(s, 0.5), curvature))));
+    }
     case UnaryOp::Silu: {  // g sig (1 + x (1 - sig)); f'' = sig (1 - sig) (2 + x (1 - 2 sig))
       const Tensor sig = sigmoid(s);
       return mul(hg, mul(mul(sig, one_minus(sig)), add(mul(s, one_minus(mul(sig, 2.0))), 2.0)));
@@ -44,12 +53,11 @@ Tensor saved_term(UnaryOp op, const Tensor& hg, const Tensor& s, UnaryParams p) 
 
 }  // namespace
 
-bool has_second_derivative(UnaryOp op) { return op != UnaryOp::GeluTanh; }
-
 bool second_derivative_is_zero(UnaryOp op, UnaryParams p) {
   switch (op) {
     case UnaryOp::Neg:
     case UnaryOp::Relu:
+    case UnaryOp::LeakyRelu:
     case UnaryOp::Abs:
     case UnaryOp::Clamp: return true;
     case UnaryOp::PowScalar: return p.a == 0.0 || p.a == 1.0;

@@ -9,10 +9,8 @@
 
 namespace ember::autograd {
 
-// True when unary_grad can differentiate `op`'s gradient again (not the tanh form of gelu).
-bool has_second_derivative(native::UnaryOp op);
-// True when f'' is zero, so the gradient need not be differentiated in `saved` (relu, abs,
-// clamp, and pow with exponent 0 or 1): such ops save their tensor without history.
+// True when f'' is zero, so the gradient need not be differentiated in `saved` (relu,
+// leaky_relu, abs, clamp, and pow with exponent 0 or 1): such ops save their tensor without history.
 bool second_derivative_is_zero(native::UnaryOp op, native::UnaryParams p);
 
 // saved: the op's output where native::backward_uses_output(op), else its input. node: the name

@@ -1,6 +1,7 @@
 // Differentiable embedding, dropout, cross-entropy and linear + cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
 #include "autograd/functions/composed_gradient.h"
+#include "autograd/functions/softmax_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -120,14 +121,18 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   stats.lse = r.lse.detach();  // the forward's own buffer: nothing else can write into it
   stats.count = r.count;
   const autograd::SavedTensor saved_logits = autograd::save(r.logits), saved_target = autograd::save(r.target);
-  const Shape shape = logits.shape();
-  autograd::record("CrossEntropyBackward", {logits}, {r.loss},
-                   [stats, saved_logits, saved_target, shape, args](const Tensors& g) -> Tensors {
-                     native::CrossEntropyResult saved = stats;
-                     saved.logits = saved_logits.unpack();
-                     saved.target = saved_target.unpack();
-                     return {native::cross_entropy_backward(g[0], saved, shape, args)};
-                   });
+  // The logits themselves too (the same storage when contiguous): a second derivative reads
+  // their history.
+  autograd::record(
+      "CrossEntropyBackward", {logits}, {r.loss},
+      [stats, saved_logits, saved_target, input = autograd::save_with_history(logits),
+       args](const Tensors& g) -> Tensors {
+        native::CrossEntropyResult saved = stats;
+        saved.logits = saved_logits.unpack();
+        saved.target = saved_target.unpack();
+        return {autograd::cross_entropy_grad(g[0], input.unpack(), saved, args)};
+      },
+      autograd::Backward::differentiable);
   return r.loss;
 }
 

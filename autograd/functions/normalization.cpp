@@ -2,6 +2,7 @@
 // kernels (core/native/normalization.h) rather than chains of generic ops.
 #include "autograd/functions/composed_gradient.h"
 #include "autograd/functions/normalization_gradients.h"
+#include "autograd/functions/softmax_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -55,10 +56,11 @@ Tensor softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    autograd::SavedTensor ys = autograd::save(y);
-    autograd::record("SoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::softmax_backward(g[0], ys.unpack(), dim)};
-    });
+    autograd::SavedTensor ys = autograd::save_output(y);
+    autograd::record(
+        "SoftmaxBackward", {x}, {y},
+        [ys, dim](const Tensors& g) -> Tensors { return {autograd::softmax_grad(g[0], ys.unpack(), dim)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -67,10 +69,11 @@ Tensor log_softmax(const Tensor& x_in, int64_t dim) {
   const Tensor x = autocast::to_f32(x_in);
   Tensor y = native::log_softmax(x, dim);
   if (autograd::needs_grad({x})) {
-    autograd::SavedTensor ys = autograd::save(y);
-    autograd::record("LogSoftmaxBackward", {x}, {y}, [ys, dim](const Tensors& g) -> Tensors {
-      return {native::log_softmax_backward(g[0], ys.unpack(), dim)};
-    });
+    autograd::SavedTensor ys = autograd::save_output(y);
+    autograd::record(
+        "LogSoftmaxBackward", {x}, {y},
+        [ys, dim](const Tensors& g) -> Tensors { return {autograd::log_softmax_grad(g[0], ys.unpack(), dim)}; },
+        autograd::Backward::differentiable);
   }
   return y;
 }

@@ -56,6 +56,7 @@ const char* op_name(UnaryOp op) {
     case UnaryOp::Abs: return "abs";
     case UnaryOp::PowScalar: return "pow";
     case UnaryOp::Clamp: return "clamp";
+    case UnaryOp::LeakyRelu: return "leaky_relu";
   }
   return "?";
 }
@@ -202,6 +203,9 @@ Tensor unary(UnaryOp op, const Tensor& x, UnaryParams p) {
   const char* name = op_name(op);
   const bool int_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Clamp;
   DType dt = x.dtype();
+  // as in PyTorch: a slope times an integer has no integer result worth defining
+  EMBER_CHECK(op != UnaryOp::LeakyRelu || is_floating(dt), name, ": expected a floating-point tensor, got ",
+              dtype_name(dt), " of shape ", x.shape());
   if (dt == DType::boolean) {
     EMBER_CHECK(!int_ok, name, ": not supported for bool tensors (shape ", x.shape(), ")");
     dt = DType::f32;

@@ -22,6 +22,7 @@ enum class UnaryOp : uint8_t {
   Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Abs,
   PowScalar,  // x ^ p.a
   Clamp,      // min(max(x, p.a), p.b); absent bounds are -inf / +inf
+  LeakyRelu,  // x > 0 ? x : p.a * x; floating-point input only
 };
 
 // Extra arguments of the parameterised unary ops.

@@ -131,7 +131,7 @@ using kernels::int_upper_bound;
 // The element functions, one per kernel (pow with exponents 1 and 2 gets its own cheap form).
 using Fn = kernels::UnaryFn;
 
-// f(v); a and b are pow's exponent or clamp's bounds.
+// f(v); a and b are pow's exponent or clamp's bounds, a leaky_relu's slope.
 template <Fn F, typename A>
 EMBER_VEC_INLINE A forward_fn(A v, A a, A b) {
   if constexpr (F == Fn::Neg) return -v;
@@ -149,6 +149,7 @@ EMBER_VEC_INLINE A forward_fn(A v, A a, A b) {
   else if constexpr (F == Fn::Identity) return v;
   else if constexpr (F == Fn::Square) return v * v;
   else if constexpr (F == Fn::Pow) return std::pow(v, a);
+  else if constexpr (F == Fn::LeakyRelu) return v > A(0) ? v : v * a;  // NaN stays NaN
   else {
     // min(max(v, a), b): NaN stays NaN, and a > b gives b, as in PyTorch
     const A t = v < a ? a : v;
@@ -175,6 +176,7 @@ EMBER_VEC_INLINE A backward_fn(A g, A s, A a, A b) {
   else if constexpr (F == Fn::Identity) return g;
   else if constexpr (F == Fn::Square) return A(2) * g * s;
   else if constexpr (F == Fn::Pow) return a == A(0) ? A(0) : g * a * std::pow(s, a - A(1));
+  else if constexpr (F == Fn::LeakyRelu) return s > A(0) ? g : g * a;  // the slope at 0, as in PyTorch
   else return (s >= a && s <= b) ? g : A(0);  // passes the gradient on the bounds too
 }
 

@@ -51,7 +51,7 @@ template <typename A> __device__ __forceinline__ A gelu_grad(A x) {
   return normal_cdf(x) + x * A(0.39894228040143267794) * d_exp(A(-0.5) * x * x);
 }
 
-// f(v); a and b are pow's exponent or clamp's bounds. Integer types only ever get the first
+// f(v); a and b are pow's exponent or clamp's bounds, a leaky_relu's slope. Integer types only ever get the first
 // group (the host refuses the others).
 template <typename A>
 __device__ __forceinline__ A apply_forward(Fn f, A v, A a, A b) {
@@ -81,6 +81,7 @@ __device__ __forceinline__ A apply_forward(Fn f, A v, A a, A b) {
       case Fn::GeluTanh: return gelu_tanh_of(v);
       case Fn::Silu: return v / (A(1) + d_exp(-v));
       case Fn::Pow: return d_pow(v, a);
+      case Fn::LeakyRelu: return v > A(0) ? v : v * a;  // NaN stays NaN
       default: break;
     }
   }
@@ -108,6 +109,7 @@ __device__ __forceinline__ A apply_backward(Fn f, A g, A s, A a, A b) {
     case Fn::Square: return A(2) * g * s;
     case Fn::Pow: return a == A(0) ? A(0) : g * a * d_pow(s, a - A(1));
     case Fn::Clamp: return (s >= a && s <= b) ? g : A(0);  // passes the gradient on the bounds too
+    case Fn::LeakyRelu: return s > A(0) ? g : g * a;        // the slope at 0, as in PyTorch
   }
   return g;
 }

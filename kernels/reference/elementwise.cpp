@@ -97,6 +97,9 @@ RefTensor sigmoid(const RefTensor& x) {
 RefTensor relu(const RefTensor& x) {
   return elementwise_map(x, [](double v) { return std::isnan(v) ? v : (v > 0.0 ? v : 0.0); });
 }
+RefTensor leaky_relu(const RefTensor& x, double negative_slope) {
+  return elementwise_map(x, [negative_slope](double v) { return v > 0.0 ? v : negative_slope * v; });
+}
 RefTensor gelu(const RefTensor& x, bool tanh_approx) {
   return elementwise_map(x, tanh_approx ? gelu_tanh : gelu_erf);
 }
@@ -161,6 +164,7 @@ RefTensor unary_derivative(const std::string& op, const RefTensor& x, double p0,
   else if (op == "tanh") d = [](double v) { return 1.0 - std::tanh(v) * std::tanh(v); };
   else if (op == "sigmoid") d = [](double v) { const double s = 1.0 / (1.0 + std::exp(-v)); return s * (1.0 - s); };
   else if (op == "relu") d = [](double v) { return v > 0.0 ? 1.0 : 0.0; };
+  else if (op == "leaky_relu") d = [p0](double v) { return v > 0.0 ? 1.0 : p0; };
   else if (op == "gelu")
     d = [](double v) { return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * kPi); };
   else if (op == "gelu_tanh")

@@ -29,6 +29,7 @@ RefTensor rsqrt(const RefTensor& x);
 RefTensor tanh(const RefTensor& x);
 RefTensor sigmoid(const RefTensor& x);
 RefTensor relu(const RefTensor& x);
+RefTensor leaky_relu(const RefTensor& x, double negative_slope);
 RefTensor gelu(const RefTensor& x, bool tanh_approx);
 RefTensor silu(const RefTensor& x);
 RefTensor abs(const RefTensor& x);
@@ -46,7 +47,8 @@ RefTensor where(const RefTensor& cond, const RefTensor& a, const RefTensor& b);
 RefTensor masked_fill(const RefTensor& x, const RefTensor& mask, double value);
 
 // Derivative f'(x) of a unary op at every element. `op` is one of neg exp log sqrt rsqrt tanh
-// sigmoid relu gelu gelu_tanh silu abs pow clamp; `p0`, `p1` are pow's exponent or clamp's bounds.
+// sigmoid relu leaky_relu gelu gelu_tanh silu abs pow clamp; `p0`, `p1` are pow's exponent or
+// clamp's bounds, `p0` leaky_relu's slope.
 RefTensor unary_derivative(const std::string& op, const RefTensor& x, double p0 = 0.0, double p1 = 0.0);
 
 }  // namespace ember::reference

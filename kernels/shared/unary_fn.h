@@ -14,7 +14,8 @@
 namespace ember::kernels {
 
 enum class UnaryFn : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Abs, Identity, Square, Pow, Clamp
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Abs, Identity, Square, Pow, Clamp,
+  LeakyRelu
 };
 
 inline UnaryFn select_unary_fn(native::UnaryOp op, native::UnaryParams p) {
@@ -34,6 +35,7 @@ inline UnaryFn select_unary_fn(native::UnaryOp op, native::UnaryParams p) {
     case UnaryOp::Abs: return UnaryFn::Abs;
     case UnaryOp::PowScalar: return p.a == 1.0 ? UnaryFn::Identity : p.a == 2.0 ? UnaryFn::Square : UnaryFn::Pow;
     case UnaryOp::Clamp: return UnaryFn::Clamp;
+    case UnaryOp::LeakyRelu: return UnaryFn::LeakyRelu;
   }
   EMBER_FAIL(native::op_name(op), ": unknown unary op");
 }
@@ -48,6 +50,7 @@ void with_unary_fn(UnaryFn f, const Run& run) {
     EMBER_UNARY_FN_CASE(Rsqrt) EMBER_UNARY_FN_CASE(Tanh) EMBER_UNARY_FN_CASE(Sigmoid) EMBER_UNARY_FN_CASE(Relu)
     EMBER_UNARY_FN_CASE(Gelu) EMBER_UNARY_FN_CASE(GeluTanh) EMBER_UNARY_FN_CASE(Silu) EMBER_UNARY_FN_CASE(Abs)
     EMBER_UNARY_FN_CASE(Identity) EMBER_UNARY_FN_CASE(Square) EMBER_UNARY_FN_CASE(Pow) EMBER_UNARY_FN_CASE(Clamp)
+    EMBER_UNARY_FN_CASE(LeakyRelu)
 #undef EMBER_UNARY_FN_CASE
   }
 }

@@ -78,6 +78,17 @@ class ReLU : public Module {
   }
 };
 
+// x where x > 0, else negative_slope * x.
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : Module("LeakyReLU"), negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override {
+    auto scope = enter_forward();
+    return scope.exit(leaky_relu(x, negative_slope));
+  }
+  double negative_slope;
+};
+
 class Tanh : public Module {
  public:
   Tanh() : Module("Tanh") {}

@@ -27,9 +27,6 @@ struct DoubleBackwardCase {
   std::function<Tensor(const std::vector<Tensor>&)> fn;
 };
 
-// leaky_relu(x, slope) as PyTorch defines it (slope where x <= 0); Ember has no op of that name.
-inline Tensor leaky_relu(const Tensor& x, double slope) { return where(gt(x, 0.0), x, mul(x, slope)); }
-
 // v(x) * v(x): a view or linear op v inside a product, so the second derivative reaches v's
 // backward from both the seed and the input.
 inline std::function<Tensor(const std::vector<Tensor>&)> squared(std::function<Tensor(const Tensor&)> v) {
@@ -73,6 +70,7 @@ inline std::vector<DoubleBackwardCase> double_backward_cases() {
       {"relu", {{{2, 3}}}, [](const In& in) { return mul(relu(in[0]), in[0]); }},
       {"leaky_relu", {{{2, 3}}}, [](const In& in) { return mul(leaky_relu(in[0], 0.2), in[0]); }},
       {"gelu", {{{2, 3}}}, [](const In& in) { return gelu(in[0]); }},
+      {"gelu tanh form", {{{2, 3}}}, [](const In& in) { return gelu(in[0], /*tanh_approx=*/true); }},
       {"silu", {{{2, 3}}}, [](const In& in) { return silu(in[0]); }},
       {"abs", {{{2, 3}}}, [](const In& in) { return mul(abs(in[0]), in[0]); }},
       {"clamp", {{{2, 3}}}, [](const In& in) { return mul(clamp(in[0], -1.0, 1.0), in[0]); }},

@@ -116,6 +116,8 @@ std::vector<UnaryCase> unary_cases() {
       {UnaryOp::Tanh, {}, -3, 3, "tanh", "tanh"},
       {UnaryOp::Sigmoid, {}, -6, 6, "sigmoid", "sigmoid"},
       {UnaryOp::Relu, {}, -2, 2, "relu", "relu"},
+      {UnaryOp::LeakyRelu, {0.2, 0}, -2, 2, "leaky_relu", "leaky_relu 0.2"},
+      {UnaryOp::LeakyRelu, {-1.5, 0}, -2, 2, "leaky_relu", "leaky_relu -1.5"},
       {UnaryOp::Gelu, {}, -4, 4, "gelu", "gelu"},
       {UnaryOp::GeluTanh, {}, -4, 4, "gelu_tanh", "gelu_tanh"},
       {UnaryOp::Silu, {}, -6, 6, "silu", "silu"},
@@ -140,6 +142,7 @@ reference::RefTensor ref_unary(const UnaryCase& k, const reference::RefTensor& x
     case UnaryOp::Tanh: return reference::tanh(x);
     case UnaryOp::Sigmoid: return reference::sigmoid(x);
     case UnaryOp::Relu: return reference::relu(x);
+    case UnaryOp::LeakyRelu: return reference::leaky_relu(x, k.p.a);
     case UnaryOp::Gelu: return reference::gelu(x, false);
     case UnaryOp::GeluTanh: return reference::gelu(x, true);
     case UnaryOp::Silu: return reference::silu(x);
@@ -182,12 +185,13 @@ TEST(CudaUnary, ForwardMatchesReferenceInEveryLayout) {
   }
 }
 
-TEST(CudaUnary, NaNPassesThroughReluAndClamp) {
+TEST(CudaUnary, NaNPassesThroughReluLeakyReluAndClamp) {
   if (!ember::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   for (DType dt : ember::testing::kFloatTypes) {
     SCOPED_TRACE(dtype_name(dt));
     const Tensor x = full({3, 17}, kNaN, {dt, kGpu});
     for (const UnaryCase& k : {UnaryCase{UnaryOp::Relu, {}, 0, 0, "relu", "relu"},
+                               UnaryCase{UnaryOp::LeakyRelu, {0.1, 0}, 0, 0, "leaky_relu", "leaky_relu"},
                                UnaryCase{UnaryOp::Clamp, {-1, 1}, 0, 0, "clamp", "clamp"}}) {
       const Poisoned o = poisoned_output({3, 17}, dt, Layout::Contiguous, 5.0);
       run_unary_gpu(k, o.out, x);

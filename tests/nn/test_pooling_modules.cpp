@@ -1,6 +1,6 @@
-// The pooling layers, Flatten, SiLU and Softmax: each forward equals its functional op, Flatten's
-// shapes (negative dims, views where the strides allow) and errors, names, no parameters, and
-// a small CNN stack built from them trains end to end.
+// The pooling layers, Flatten, SiLU, LeakyReLU and Softmax: each forward equals its functional
+// op, Flatten's shapes (negative dims, views where the strides allow) and errors, names, no
+// parameters, and a small CNN stack built from them trains end to end.
 #include <memory>
 #include <vector>
 
@@ -26,6 +26,12 @@ TEST(PoolingModules, ForwardEqualsFunctional) {
   EXPECT_EQ(aap.forward(x).shape(), (Shape{2, 3, 3, 5}));
   nn::SiLU si;
   EXPECT_TRUE(all_close(si.forward(x), silu(x), 0, 0));
+  nn::LeakyReLU lr;
+  EXPECT_EQ(lr.negative_slope, 0.01);
+  EXPECT_TRUE(all_close(lr.forward(x), leaky_relu(x, 0.01), 0, 0));
+  nn::LeakyReLU lr2(0.3);
+  EXPECT_TRUE(all_close(lr2.forward(x), leaky_relu(x, 0.3), 0, 0));
+  EXPECT_FALSE(all_close(lr2.forward(x), lr.forward(x), 0, 0));
   nn::Softmax sm(-1);
   EXPECT_TRUE(all_close(sm.forward(x), softmax(x, -1), 0, 0));
   nn::Softmax sm1(1);
@@ -39,6 +45,7 @@ TEST(PoolingModules, NamesAndNoParameters) {
       {std::make_shared<nn::AdaptiveAvgPool2d>(Shape{1}), "AdaptiveAvgPool2d"},
       {std::make_shared<nn::Flatten>(), "Flatten"},
       {std::make_shared<nn::SiLU>(), "SiLU"},
+      {std::make_shared<nn::LeakyReLU>(), "LeakyReLU"},
       {std::make_shared<nn::Softmax>(1), "Softmax"},
   };
   for (const auto& [m, name] : mods) {

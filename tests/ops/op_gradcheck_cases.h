@@ -81,6 +81,7 @@ inline std::map<std::string, GradcheckCase> op_gradcheck_cases() {
   c["sigmoid"] = one_input([](const Tensor& x) { return sigmoid(x); }, random_leaf({2, 3}));
   c["silu"] = one_input([](const Tensor& x) { return silu(x); }, random_leaf({2, 3}));
   c["relu"] = one_input([](const Tensor& x) { return relu(x); }, kink_free_leaf());
+  c["leaky_relu"] = one_input([](const Tensor& x) { return leaky_relu(x, 0.2); }, kink_free_leaf());
   c["gelu"] = {[](const V& in) { return V{gelu(in[0]), gelu(in[0], true)}; }, {random_leaf({2, 3})}};
   c["abs"] = one_input([](const Tensor& x) { return abs(x); }, kink_free_leaf());
   c["clamp"] = one_input([](const Tensor& x) { return clamp(x, -1.0, 1.0); }, kink_free_leaf());

@@ -21,7 +21,7 @@ struct UnaryCase {
   std::function<Tensor(const Tensor&)> op;
   std::function<RefTensor(const RefTensor&)> ref;
   double lo = -3.0, hi = 3.0;  // input range (inside the op's domain)
-  double p0 = 0.0, p1 = 0.0;   // pow exponent / clamp bounds, for the derivative
+  double p0 = 0.0, p1 = 0.0;   // pow exponent / clamp bounds / leaky_relu slope, for the derivative
   bool differentiable = true;
 };
 
@@ -37,6 +37,12 @@ std::vector<UnaryCase> cases() {
       {"sigmoid", [](auto& x) { return sigmoid(x); }, [](auto& x) { return reference::sigmoid(x); }},
       {"silu", [](auto& x) { return silu(x); }, [](auto& x) { return reference::silu(x); }, -6.0, 6.0},
       {"relu", [](auto& x) { return relu(x); }, [](auto& x) { return reference::relu(x); }},
+      {"leaky_relu", [](auto& x) { return leaky_relu(x); }, [](auto& x) { return reference::leaky_relu(x, 0.01); },
+       -3.0, 3.0, 0.01},
+      {"leaky_relu", [](auto& x) { return leaky_relu(x, 0.2); },
+       [](auto& x) { return reference::leaky_relu(x, 0.2); }, -3.0, 3.0, 0.2},
+      {"leaky_relu", [](auto& x) { return leaky_relu(x, -1.5); },  // a negative slope is allowed, as in PyTorch
+       [](auto& x) { return reference::leaky_relu(x, -1.5); }, -3.0, 3.0, -1.5},
       {"gelu", [](auto& x) { return gelu(x); }, [](auto& x) { return reference::gelu(x, false); }, -5.0, 5.0},
       {"gelu_tanh", [](auto& x) { return gelu(x, true); }, [](auto& x) { return reference::gelu(x, true); }, -5.0, 5.0},
       {"abs", [](auto& x) { return abs(x); }, [](auto& x) { return reference::abs(x); }},
@@ -218,6 +224,8 @@ TEST(ElementwiseUnary, KnownValues) {
   EXPECT_NEAR(si[2], 0.7310585786300049, 1e-15);
   EXPECT_NEAR(si[3], 1.7615941559557649, 1e-15);
   EXPECT_EQ(v(relu(x)), (std::vector<double>{0.0, 0.0, 1.0, 2.0}));
+  EXPECT_EQ(v(leaky_relu(x)), (std::vector<double>{-0.01, 0.0, 1.0, 2.0}));
+  EXPECT_EQ(v(leaky_relu(x, 0.5)), (std::vector<double>{-0.5, 0.0, 1.0, 2.0}));
   EXPECT_EQ(v(abs(x)), (std::vector<double>{1.0, 0.0, 1.0, 2.0}));
   EXPECT_EQ(v(clamp(x, 0.5, 1.5)), (std::vector<double>{0.5, 0.5, 1.0, 1.5}));
   EXPECT_EQ(v(clamp(x, 2.0, 1.0)), (std::vector<double>{1.0, 1.0, 1.0, 1.0}));  // min > max gives max
@@ -236,6 +244,9 @@ TEST(ElementwiseUnary, GradientConventionsAtKinks) {
     return x.grad().to_vector<double>();
   };
   EXPECT_EQ(grad_of([](auto& x) { return relu(x); }, {-1.0, 0.0, 2.0}), (std::vector<double>{0.0, 0.0, 1.0}));
+  // leaky_relu takes the slope at 0, as PyTorch does
+  EXPECT_EQ(grad_of([](auto& x) { return leaky_relu(x, 0.25); }, {-1.0, 0.0, 2.0}),
+            (std::vector<double>{0.25, 0.25, 1.0}));
   EXPECT_EQ(grad_of([](auto& x) { return abs(x); }, {-1.0, 0.0, 2.0}), (std::vector<double>{-1.0, 0.0, 1.0}));
   // clamp passes the gradient on the bounds themselves
   EXPECT_EQ(grad_of([](auto& x) { return clamp(x, -1.0, 1.0); }, {-2.0, -1.0, 0.0, 1.0, 2.0}),
@@ -247,6 +258,7 @@ TEST(ElementwiseUnary, GradientConventionsAtKinks) {
 TEST(ElementwiseUnary, NaNPropagates) {
   Tensor x = from_vector<float>({NAN, 1.0f});
   EXPECT_TRUE(std::isnan(relu(x).to_vector<float>()[0]));
+  EXPECT_TRUE(std::isnan(leaky_relu(x).to_vector<float>()[0]));
   EXPECT_TRUE(std::isnan(clamp(x, 0.0, 0.5).to_vector<float>()[0]));
   EXPECT_EQ(clamp(x, 0.0, 0.5).to_vector<float>()[1], 0.5f);
   EXPECT_TRUE(std::isnan(maximum(x, from_vector<float>({1.0f, NAN})).to_vector<float>()[0]));
@@ -300,4 +312,8 @@ TEST(ElementwiseUnary, Errors) {
   EXPECT_EMBER_ERROR(neg(b), "neg", "bool", "[2, 3]");
   EXPECT_EMBER_ERROR(abs(b), "abs", "bool");
   EXPECT_EMBER_ERROR(clamp(zeros({2}), std::nullopt, std::nullopt), "clamp", "min", "max");
+  // leaky_relu takes floating-point input only (PyTorch refuses integers too)
+  EXPECT_EMBER_ERROR(leaky_relu(zeros({2, 3}, {DType::i64})), "leaky_relu", "floating-point", "int64", "[2, 3]");
+  EXPECT_EMBER_ERROR(leaky_relu(zeros({4}, {DType::i32}), 0.2), "leaky_relu", "int32", "[4]");
+  EXPECT_EMBER_ERROR(leaky_relu(b), "leaky_relu", "bool", "[2, 3]");
 }
