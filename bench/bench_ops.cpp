@@ -29,6 +29,9 @@
 //                           read x, write y and i64 indices; read dy and indices, write dx
 //   BM_AdaptiveAvgPool2dFwdBwd  adaptive_avg_pool2d of [128, 32, 28, 28] to 14x14 (2x2
 //                           windows), forward then backward   read x, write y; read dy, write dx
+//   BM_AdamW                AdamW step (weight decay 0.01) of one dense 4M-element f32 parameter
+//                           read param, grad, exp_avg and exp_avg_sq; write param, exp_avg and
+//                           exp_avg_sq (the states exist: the first step runs before timing)
 //   BM_EmbeddingBwdAdamW    BERT-mini's word embeddings (30522 x 256, padding row 0): lookup of
 //                           16 x 128 ids, backward, AdamW step (weight decay 0.01), zero_grad;
 //                           rows=0 the dense gradient table, rows=1 row_sparse_backward (the
@@ -237,6 +240,19 @@ void BM_AdaptiveAvgPool2dFwdBwd(benchmark::State& state) {
   pool_forward_backward(state, [](const ember::Tensor& x) { return ember::adaptive_avg_pool2d(x, {14}); }, 2.5);
 }
 
+void BM_AdamW(benchmark::State& state) {
+  use_threads(state);
+  ember::Tensor w = ember::randn({4 << 20}).requires_grad_();
+  w.set_grad(ember::randn({4 << 20}));
+  ember::optim::AdamW opt({w}, {.lr = 1e-4, .weight_decay = 0.01});
+  opt.step();  // allocates exp_avg and exp_avg_sq
+  for (auto _ : state) {
+    opt.step();
+    benchmark::DoNotOptimize(w.raw_data());
+  }
+  count_bytes(state, 7.0 * double(w.numel()) * kF32);
+}
+
 void BM_EmbeddingBwdAdamW(benchmark::State& state) {
   use_threads(state);
   ember::manual_seed(0);
@@ -276,6 +292,7 @@ BENCHMARK(BM_CastToBf16)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);
 BENCHMARK(BM_AdaptiveAvgPool2dFwdBwd)->Apply(threads);
+BENCHMARK(BM_AdamW)->Apply(threads);
 BENCHMARK(BM_EmbeddingBwdAdamW)
     ->ArgsProduct({{1, 2}, {0, 1}})
     ->ArgNames({"threads", "rows"})

@@ -42,15 +42,16 @@ double gelu_grad_f64(double x, bool tanh_approx) {
   return 0.5 * std::erfc(-x * 0.70710678118654752440) + x * 0.39894228040143267794 * std::exp(-0.5 * x * x);
 }
 
-// ---- float lanes
+// ---- float lanes, forced inline: as calls they passed every vector through memory (bias +
+// exact GELU forward on [4096, 1024], one thread: 6.2 -> 8.0 GB/s)
 
 template <bool Tanh>
-f8 act8(f8 v) {
+EMBER_LANES_INLINE f8 act8(f8 v) {
   if constexpr (Tanh) return gelu_tanh8(v);
   else return gelu8(v);
 }
 template <bool Tanh>
-f8 act_grad8(f8 v) {
+EMBER_LANES_INLINE f8 act_grad8(f8 v) {
   if constexpr (Tanh) return gelu_tanh_grad8(v);
   else return gelu_grad8(v);
 }

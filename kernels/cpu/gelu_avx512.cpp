@@ -73,12 +73,12 @@ inline void store(BFloat16* p, Lanes v, int64_t n) {
 }
 
 template <bool Tanh>
-inline Lanes act(Lanes v) {
+EMBER_LANES_INLINE Lanes act(Lanes v) {
   if constexpr (Tanh) return gelu_tanh_lanes(v);
   else return gelu_lanes(v);
 }
 template <bool Tanh>
-inline Lanes act_grad(Lanes v) {
+EMBER_LANES_INLINE Lanes act_grad(Lanes v) {
   if constexpr (Tanh) return gelu_tanh_grad_lanes(v);
   else return gelu_grad_lanes(v);
 }
