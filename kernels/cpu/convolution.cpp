@@ -16,8 +16,9 @@
 // and one-channel 5x5 forward passes to a direct kernel (convolution_path.h has the
 // measurements and the choice; convolution_onednn.cpp and convolution_direct.cpp the paths).
 // On this path, an f32 1x1 convolution with a stride or padding skips the column buffer: its
-// forward and weight gradient gather straight into the GEMM micro-kernel's panels
-// (convolution_pointwise.h), and its input gradient writes each input row once
+// forward and weight gradient gather straight into the GEMM micro-kernel's panels, and its
+// input gradient multiplies a few output rows at a time into a tile it spreads into dX
+// (convolution_pointwise.h); in other dtypes the input gradient writes each input row once
 // (col2im_disjoint). Lowering several images into one GEMM (columns
 // [Cg*kH*kW, images*Ho*Wo], results scattered back to NCHW) was measured and did not pay on
 // these shapes: the gather/scatter copies cost what the wider GEMM saved, and on 1-channel
@@ -363,10 +364,13 @@ struct Forward {
 template <typename T>
 struct BackwardInput {
   static void run(const Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       if (cpu::conv_path_for(cpu::ConvPass::BackwardInput, dx.shape(), w.shape(), dy.shape(), p, b.defined()) ==
           cpu::ConvPath::OneDnn)
         return cpu::onednn_conv2d_backward_input(dx, dy, w, p);
+      if (cpu::pointwise_input_grad_applies(dx.shape(), w.shape(), dy.shape(), p))
+        return cpu::pointwise_conv2d_backward_input(dx, dy, w, b, p);
+    }
     backward_input_typed<T>(dx, dy, w, b, p);
   }
 };

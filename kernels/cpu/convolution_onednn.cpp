@@ -159,11 +159,20 @@ dnnl::memory scratch_memory(const dnnl::memory::desc& md, int slot) {
   return dnnl::memory(md, onednn_engine(), thread_scratch_bytes(slot, md.get_size()));
 }
 
+// What the second operand's scratch slot holds on this thread within one call: the weight,
+// reordered by an earlier chunk of images, in this layout (forward and input gradient).
+struct ReorderedWeight {
+  bool held = false;
+  dnnl::memory::desc layout;
+};
+
 // Runs one pass on `images` images on the calling thread, the pointers at its first image (the
 // weight, and the weight gradient written, whole): source and second (plain) in, result
-// (plain) out. x, w and y give the shapes of the forward convolution.
+// (plain) out. x, w and y give the shapes of the forward convolution. With `weight`, the second
+// operand is the call's weight, reordered once for all its chunks.
 void run_images(ConvPass pass, int64_t images, const Shape& x, const Shape& w, const Shape& y, const float* source,
-                const float* second, const float* bias, float* result, const Conv2dParams& p) {
+                const float* second, const float* bias, float* result, const Conv2dParams& p,
+                ReorderedWeight* weight = nullptr) {
   const ConvKey key = key_of(pass, images, x, w, y, p, bias != nullptr);
   const std::shared_ptr<const ConvPrimitive> prim = cache().get(key, create);
   const dnnl::engine& engine = onednn_engine();
@@ -178,7 +187,10 @@ void run_images(ConvPass pass, int64_t images, const Shape& x, const Shape& w, c
   dnnl::memory sec = same_second ? plain_second : scratch_memory(prim->second, kSecondSlot);
   dnnl::memory res = same_result ? plain_result : scratch_memory(prim->result, kResultSlot);
   if (!same_source) prim->source_in.execute(stream, plain_source, src);
-  if (!same_second) prim->second_in.execute(stream, plain_second, sec);
+  if (!same_second && !(weight && weight->held && weight->layout == prim->second)) {
+    prim->second_in.execute(stream, plain_second, sec);
+    if (weight) *weight = {true, prim->second};
+  }
   std::unordered_map<int, dnnl::memory> args;
   if (pass == ConvPass::Forward) {
     args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, sec}, {DNNL_ARG_DST, res}};
@@ -197,17 +209,34 @@ void run_images(ConvPass pass, int64_t images, const Shape& x, const Shape& w, c
   stream.wait();
 }
 
+// Images per primitive call: about kChunkBytes of source and result, so the blocked copies the
+// reorders write and read stay in cache around the convolution instead of going out to memory
+// and back (fmnist 32->64 3x3, 128 images, one thread, best CPU time per call: forward 80 -> 81
+// GFLOP/s, input gradient 84 -> 90 against the whole batch in one call; 256 KiB chunks gained
+// less, 4 MiB ones nothing; the weight gradient, unchanged by chunks, keeps one call per thread).
+constexpr int64_t kChunkBytes = 1 << 20;
+
+int64_t chunk_images(int64_t source_image, int64_t result_image) {
+  return std::max<int64_t>(1, kChunkBytes / (int64_t(sizeof(float)) * (source_image + result_image)));
+}
+
 // Forward and input gradient: the batch split over Ember's pool, each thread running the
-// primitive (one OpenMP thread) on its own images: oneDNN's OpenMP threads spin after each call
-// and starve Ember's pool threads of the cores they share.
+// primitive (one OpenMP thread) on its own images, a chunk at a time, the weight reordered once:
+// oneDNN's OpenMP threads spin after each call and starve Ember's pool threads of the cores they
+// share.
 void run_per_image(ConvPass pass, const Shape& x, const Shape& y, const Tensor& weight, const float* source,
                    const float* bias, float* result, const Conv2dParams& p) {
   const bool forward = pass == ConvPass::Forward;
   const int64_t x_image = x[1] * x[2] * x[3], y_image = y[1] * y[2] * y[3];
   const int64_t source_image = forward ? x_image : y_image, result_image = forward ? y_image : x_image;
+  const int64_t chunk = chunk_images(source_image, result_image);
   parallel_for(0, x[0], 1, [&](int64_t n0, int64_t n1) {
-    run_images(pass, n1 - n0, x, weight.shape(), y, source + n0 * source_image, weight.data_ptr<float>(), bias,
-               result + n0 * result_image, p);
+    ReorderedWeight reordered;
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+      const int64_t c1 = std::min(n1, c0 + chunk);
+      run_images(pass, c1 - c0, x, weight.shape(), y, source + c0 * source_image, weight.data_ptr<float>(), bias,
+                 result + c0 * result_image, p, &reordered);
+    }
   });
 }
 

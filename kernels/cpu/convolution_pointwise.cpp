@@ -1,5 +1,7 @@
 #include "kernels/cpu/convolution_pointwise.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 #include "core/parallel.h"
@@ -15,53 +17,31 @@ using native::Conv2dParams;
 // The AVX2 tile (the baseline build's ISA, so every CPU Ember runs on has it).
 constexpr int64_t kRows = kPackedAvx2Rows;
 constexpr int64_t kCols = kPackedAvx2Cols;
-// Output positions one task gathers: 8 panels, a few tens of KiB at 64 channels, in L1/L2
-// while every row panel of the weight passes over them.
-constexpr int64_t kTaskCols = 8 * kCols;
-// Scratch: the caller's packed weight, each task's panels and edge tile.
-constexpr int kPackedWeightSlot = 2;
-constexpr int kPanelSlot = 3;
+constexpr int64_t kTaskCols = kPointwiseTaskCols;
+// Channels ahead of the one gathered whose input rows are asked for.
+constexpr int64_t kPrefetchChannels = 4;
 
-struct PointwiseGeometry {
-  int64_t channels, height, width, out_channels, out_h, out_w;
-  Conv2dParams p;
-  int64_t area() const { return out_h * out_w; }
-  int64_t row_panels() const { return (out_channels + kRows - 1) / kRows; }
-  // The output columns [lo, hi) whose input column lies inside the image.
-  int64_t first_inside() const {
-    return std::min(out_w, (p.padding_begin[1] + p.stride[1] - 1) / p.stride[1]);
-  }
-  int64_t end_inside() const {
-    return std::clamp<int64_t>((width - 1 + p.padding_begin[1]) / p.stride[1] + 1, first_inside(), out_w);
-  }
-};
+// The weight's row panels (kRows output channels each).
+int64_t row_panels(const PointwiseGeometry& g) { return (g.out_channels + kRows - 1) / kRows; }
 
-// Task columns [r, r + len) of channel p into the column panels b (panel r / kCols, lane
-// r % kCols): src[k * stride] for k < len, or zeros when src is null. No read reaches `end`.
-void put_run(float* b, int64_t channels, int64_t p, int64_t r, const float* src, int64_t stride, int64_t len,
-             const float* end) {
-  while (len > 0) {
-    const int64_t lane = r % kCols, n = std::min(len, kCols - lane);
-    float* d = b + (r / kCols * channels + p) * kCols + lane;
-    int64_t k = 0;
-    if (!src) {
-      std::fill(d, d + n, 0.0f);
-    } else if (stride == 2) {
-      for (; k + 8 <= n && src + 2 * k + 16 <= end; k += 8) {
-        const vec8::f8 lo = vec8::load8(src + 2 * k), hi = vec8::load8(src + 2 * k + 8);
-        vec8::store8(d + k, __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14));
-      }
+// d[k] = src[k * stride] for k < len. The stride-2 loop stores whole vectors of 8, so it may
+// write up to 7 values past d[len - 1] (the caller's later writes or its slack cover them); no
+// read reaches `end`.
+void gather_run(float* d, const float* src, int64_t stride, int64_t len, const float* end) {
+  int64_t k = 0;
+  if (stride == 2)
+    for (; k < len && src + 2 * k + 16 <= end; k += 8) {
+      // Even lanes of each 128-bit half, then the 64-bit pairs in order: two one-cycle
+      // shuffles (the generic two-source permute compiles to two vpermd and a blend).
+      const __m256 pairs = _mm256_shuffle_ps(_mm256_loadu_ps(src + 2 * k), _mm256_loadu_ps(src + 2 * k + 8), 0x88);
+      _mm256_storeu_ps(d + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), 0xd8)));
     }
-    if (src)
-      for (; k < n; ++k) d[k] = src[k * stride];
-    r += n, len -= n;
-    if (src) src += n * stride;
-  }
+  for (; k < len; ++k) d[k] = src[k * stride];
 }
 
 // W [O, C] as row panels: panel r holds a[p * kRows + i] = W[r * kRows + i][p], zero past O.
 void pack_weight(const PointwiseGeometry& g, const float* w, float* packed) {
-  for (int64_t r = 0; r < g.row_panels(); ++r)
+  for (int64_t r = 0; r < row_panels(g); ++r)
     for (int64_t p = 0; p < g.channels; ++p)
       for (int64_t i = 0; i < kRows; ++i) {
         const int64_t o = r * kRows + i;
@@ -69,47 +49,93 @@ void pack_weight(const PointwiseGeometry& g, const float* w, float* packed) {
       }
 }
 
+// d[0, n) = 0 in whole vectors, so up to 7 zeros past d[n - 1] (covered like gather_run's).
+// The runs are mostly empty or a few floats: a memset call for each cost as much as the gather.
+void zero(float* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += vec8::kLanes) vec8::store8(d + i, vec8::f8{});
+}
+
 // Output positions [col0, col0 + cols) of image x [C, H, W] as column panels: panel q holds
 // b[p * kCols + j] = x[p] at the position that output column col0 + q * kCols + j reads (zero
-// in the padding and past cols). Walks the output row segments the task spans, so each
-// channel's run is one strided copy.
+// in the padding and past cols). Each channel's positions are first gathered into one compact
+// row (`run`, kTaskCols + kCols floats), output row segment by segment in whole vectors, then
+// copied into the panels 16 at a time: a segment's pieces of a panel, written straight, were
+// mostly too short for vectors.
 void gather_panels(const PointwiseGeometry& g, const float* x, const float* x_end, int64_t col0, int64_t cols,
-                   float* b) {
+                   float* b, float* run) {
   const int64_t plane = g.height * g.width, sw = g.p.stride[1];
-  const int64_t full_panels = cols / kCols, panel = g.channels * kCols;
-  if (cols % kCols != 0) std::fill(b + full_panels * panel, b + (full_panels + 1) * panel, 0.0f);
+  const int64_t panels = (cols + kCols - 1) / kCols;
   const int64_t lo = g.first_inside(), hi = g.end_inside();
-  for (int64_t i = col0; i < col0 + cols;) {
+  // The output row segments the task spans, the same in every channel: where each starts in
+  // `run`, its length, the columns [a, e) that read the image, and the input row (-1: padding).
+  struct Segment {
+    int64_t at, len, a, e, ih;
+  };
+  Segment segments[kTaskCols];
+  int64_t count = 0;
+  for (int64_t i = col0; i < col0 + cols; ++count) {
     const int64_t oh = i / g.out_w, ow0 = i % g.out_w, ow1 = std::min(g.out_w, ow0 + col0 + cols - i);
     const int64_t ih = oh * g.p.stride[0] - g.p.padding_begin[0];
     const int64_t a = std::clamp(lo, ow0, ow1), e = std::clamp(hi, a, ow1);
-    const bool row_inside = ih >= 0 && ih < g.height;
-    const int64_t r = i - col0;
-    // The 64-odd channel streams, a few lines each, are too many for the hardware prefetcher:
-    // ask for the input row the next output row reads while this one is gathered.
-    const int64_t next_ih = ih + g.p.stride[0];
-    const bool prefetch = next_ih >= 0 && next_ih < g.height;
-    for (int64_t p = 0; p < g.channels; ++p) {
-      if (prefetch)
-        for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(x + p * plane + next_ih * g.width + k);
-      if (!row_inside) {
-        put_run(b, g.channels, p, r, nullptr, sw, ow1 - ow0, x_end);
+    segments[count] = {i - col0, ow1 - ow0, a - ow0, e - ow0, ih >= 0 && ih < g.height ? ih : -1};
+    i += ow1 - ow0;
+  }
+  for (int64_t p = 0; p < g.channels; ++p) {
+    // Rows a few channels ahead are asked for from L2 (where the previous task's multiplies
+    // had them fetched): the loads of one channel's short runs alone leave the core waiting.
+    if (p + kPrefetchChannels < g.channels)
+      for (int64_t s = 0; s < count; ++s)
+        if (segments[s].ih >= 0 && segments[s].e > segments[s].a) {
+          const float* row = x + (p + kPrefetchChannels) * plane + segments[s].ih * g.width;
+          for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(row + k);
+        }
+    for (int64_t s = 0; s < count; ++s) {
+      const Segment& seg = segments[s];
+      float* d = run + seg.at;
+      if (seg.ih < 0) {
+        zero(d, seg.len);
         continue;
       }
-      const float* row = x + p * plane + ih * g.width - g.p.padding_begin[1];
-      put_run(b, g.channels, p, r, nullptr, sw, a - ow0, x_end);
-      put_run(b, g.channels, p, r + a - ow0, row + a * sw, sw, e - a, x_end);
-      put_run(b, g.channels, p, r + e - ow0, nullptr, sw, ow1 - e, x_end);
+      const int64_t ow0 = (col0 + seg.at) % g.out_w;
+      const float* row = x + p * plane + seg.ih * g.width - g.p.padding_begin[1];
+      zero(d, seg.a);
+      gather_run(d + seg.a, row + (ow0 + seg.a) * sw, sw, seg.e - seg.a, x_end);
+      zero(d + seg.e, seg.len - seg.e);
     }
-    i += ow1 - ow0;
+    zero(run + cols, panels * kCols - cols);
+    for (int64_t q = 0; q < panels; ++q) {
+      float* dst = b + q * g.channels * kCols + p * kCols;
+      vec8::store8(dst, vec8::load8(run + q * kCols));
+      vec8::store8(dst + 8, vec8::load8(run + q * kCols + 8));
+    }
+  }
+}
+
+// Asks for the input rows that output positions [col0, col0 + cols) of image x read in
+// channels [c0, c1). The channels' short row pieces are too many streams for the hardware
+// prefetcher, and the gather, left to wait for them, ran at a third of the memory's pace.
+void prefetch_task_rows(const PointwiseGeometry& g, const float* x, int64_t col0, int64_t cols, int64_t c0,
+                        int64_t c1) {
+  for (int64_t oh = col0 / g.out_w; oh <= (col0 + cols - 1) / g.out_w; ++oh) {
+    const int64_t ih = oh * g.p.stride[0] - g.p.padding_begin[0];
+    if (ih < 0 || ih >= g.height) continue;
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(x + (c * g.height + ih) * g.width + k, 0, 1);
   }
 }
 
 // y[:, col0 : col0 + cols] of one image [O, Ho*Wo] from the packed weight and gathered panels.
+// Between row panels it asks for a share of the next task's input rows (positions
+// [next_col0, next_col0 + next_cols) of image next_x, or none when null), so the next gather
+// finds them in cache and the loads overlap the multiplies.
 void multiply_task(const PointwiseGeometry& g, const float* packed_w, const float* b, const float* bias, float* y,
-                   int64_t col0, int64_t cols, float* tile) {
-  const int64_t panels = (cols + kCols - 1) / kCols, area = g.area();
-  for (int64_t r = 0; r < g.row_panels(); ++r) {
+                   int64_t col0, int64_t cols, float* tile, const float* next_x, int64_t next_col0,
+                   int64_t next_cols) {
+  const int64_t panels = (cols + kCols - 1) / kCols, area = g.area(), weight_panels = row_panels(g);
+  for (int64_t r = 0; r < weight_panels; ++r) {
+    if (next_x)
+      prefetch_task_rows(g, next_x, next_col0, next_cols, r * g.channels / weight_panels,
+                         (r + 1) * g.channels / weight_panels);
     const float* a = packed_w + r * g.channels * kRows;
     const int64_t rows = std::min(kRows, g.out_channels - r * kRows);
     for (int64_t q = 0; q < panels; ++q) {
@@ -139,7 +165,7 @@ void pointwise_conv2d(const Tensor& out, const Tensor& input, const Tensor& weig
                       const Conv2dParams& p) {
   const Shape &x = input.shape(), &y = out.shape();
   const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
-  float* packed_w = thread_scratch<float>(kPackedWeightSlot, size_t(g.row_panels() * g.channels * kRows));
+  float* packed_w = thread_scratch<float>(kPointwiseWeightSlot, size_t(row_panels(g) * g.channels * kRows));
   pack_weight(g, weight.data_ptr<float>(), packed_w);
   const float* xd = input.data_ptr<float>();
   const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
@@ -148,13 +174,16 @@ void pointwise_conv2d(const Tensor& out, const Tensor& input, const Tensor& weig
   const int64_t x_image = g.channels * g.height * g.width, y_image = g.out_channels * g.area();
   parallel_for(0, x[0] * tasks_per_image, 1, [&](int64_t t0, int64_t t1) {
     const int64_t panel_floats = (kTaskCols / kCols) * g.channels * kCols;
-    float* b = thread_scratch<float>(kPanelSlot, size_t(panel_floats + kRows * kCols));
+    float* b = thread_scratch<float>(kPointwiseTaskSlot, size_t(panel_floats + kRows * kCols + kTaskCols + kCols));
     float* tile = b + panel_floats;
+    float* run = tile + kRows * kCols;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / tasks_per_image, col0 = (t % tasks_per_image) * kTaskCols;
       const int64_t cols = std::min(kTaskCols, g.area() - col0);
-      gather_panels(g, xd + n * x_image, xd + x[0] * x_image, col0, cols, b);
-      multiply_task(g, packed_w, b, bd, yd + n * y_image, col0, cols, tile);
+      gather_panels(g, xd + n * x_image, xd + x[0] * x_image, col0, cols, b, run);
+      const int64_t next = t + 1, next_n = next / tasks_per_image, next_col0 = (next % tasks_per_image) * kTaskCols;
+      multiply_task(g, packed_w, b, bd, yd + n * y_image, col0, cols, tile, next < t1 ? xd + next_n * x_image : nullptr,
+                    next_col0, std::min(kTaskCols, g.area() - next_col0));
     }
   });
 }

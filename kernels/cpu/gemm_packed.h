@@ -110,6 +110,10 @@ inline constexpr int kPackedAvx512Cols = 32;
 
 void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                               float beta);
+// The same tile with B read in place: b[p * ldb + j] for j < kPackedAvx2Cols, any alignment
+// (a row-major operand whose rows need no packing, such as a convolution's dY).
+void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                 float alpha, float beta);
 // AVX-512F code: call only where packed_kernel_available(PackedKernel::Avx512).
 void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                                 float beta);

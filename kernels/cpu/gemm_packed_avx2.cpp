@@ -8,9 +8,13 @@
 #include "kernels/cpu/gemm_packed.h"
 
 namespace ember::cpu {
+namespace {
 
-void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                              float beta) {
+// The tile with B's rows ldb floats apart: the packed panel (ldb = kCols, aligned) or rows of a
+// row-major matrix read in place (unaligned).
+template <bool kPanel>
+[[gnu::always_inline]] inline void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                                             int64_t ldc, float alpha, float beta) {
   constexpr int kRows = kPackedAvx2Rows;
   constexpr int kCols = kPackedAvx2Cols;
   static_assert(kCols == 16, "two ymm vectors a row");
@@ -26,7 +30,8 @@ void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float*
   }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    const __m256 b0 = kPanel ? _mm256_load_ps(b) : _mm256_loadu_ps(b);
+    const __m256 b1 = kPanel ? _mm256_load_ps(b + 8) : _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kRows; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i);
@@ -34,7 +39,7 @@ void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float*
       acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
     }
     a += kRows;
-    b += kCols;
+    b += kPanel ? kCols : ldb;
   }
   const __m256 va = _mm256_set1_ps(alpha);
   if (beta == 0.0f) {
@@ -52,6 +57,18 @@ void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float*
       _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(row + 8), _mm256_mul_ps(va, acc1[i])));
     }
   }
+}
+
+}  // namespace
+
+void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                              float beta) {
+  tile_6x16<true>(kc, a, b, kPackedAvx2Cols, c, ldc, alpha, beta);
+}
+
+void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                 float alpha, float beta) {
+  tile_6x16<false>(kc, a, b, ldb, c, ldc, alpha, beta);
 }
 
 }  // namespace ember::cpu

@@ -161,30 +161,48 @@ TEST(Conv1d, MatchesReference) {
     }
 }
 
+struct TransposeCase {
+  Shape input, weight, stride, padding, output_padding, dilation;
+  int64_t groups;
+};
+
+void expect_transpose_matches_reference(const TransposeCase& c, DType dt) {
+  SCOPED_TRACE(shape_str(c.input) + " * " + shape_str(c.weight));
+  const Tensor x = random_tensor(c.input, dt, true), w = random_tensor(c.weight, dt);
+  const Tensor b = random_tensor({c.weight[1] * c.groups}, dt);
+  const Tensor got = conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
+  const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
+  const RefTensor want =
+      reference::conv_transpose2d(rx, rw, rb, true, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
+  const RefTensor scale = reference::conv_transpose2d(ref_abs(rx), ref_abs(rw), ref_abs(rb), true, c.stride,
+                                                      c.padding, c.output_padding, c.groups, c.dilation);
+  const int64_t k = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
+  EXPECT_TRUE(product_close(got, want, scale, dt, k)) << dt;
+}
+
 TEST(ConvTranspose2d, MatchesReference) {
-  struct CaseT {
-    Shape input, weight, stride, padding, output_padding, dilation;
-    int64_t groups;
-  };
-  const CaseT cases[] = {{{2, 3, 4, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1},
-                         {{2, 4, 3, 4}, {4, 3, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 1}, 2},
-                         {{1, 2, 5, 5}, {2, 2, 2, 3}, {2, 1}, {0, 1}, {0, 1}, {2, 2}, 1},
-                         {{3, 4, 4}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
-                         {{2, 4, 3, 3}, {4, 1, 1, 1}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 4}};
-  for (const CaseT& c : cases)
-    for (DType dt : kFloatTypes) {
-      SCOPED_TRACE(shape_str(c.input) + " * " + shape_str(c.weight));
-      const Tensor x = random_tensor(c.input, dt, true), w = random_tensor(c.weight, dt);
-      const Tensor b = random_tensor({c.weight[1] * c.groups}, dt);
-      const Tensor got = conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
-      const RefTensor rx = reference::from_tensor(x), rw = reference::from_tensor(w), rb = reference::from_tensor(b);
-      const RefTensor want =
-          reference::conv_transpose2d(rx, rw, rb, true, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
-      const RefTensor scale = reference::conv_transpose2d(ref_abs(rx), ref_abs(rw), ref_abs(rb), true, c.stride,
-                                                          c.padding, c.output_padding, c.groups, c.dilation);
-      const int64_t k = (c.weight[0] / c.groups) * c.weight[2] * c.weight[3];
-      EXPECT_TRUE(product_close(got, want, scale, dt, k)) << dt;
-    }
+  const TransposeCase cases[] = {{{2, 3, 4, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1},
+                                 {{2, 4, 3, 4}, {4, 3, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 1}, 2},
+                                 {{1, 2, 5, 5}, {2, 2, 2, 3}, {2, 1}, {0, 1}, {0, 1}, {2, 2}, 1},
+                                 {{3, 4, 4}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
+                                 {{2, 4, 3, 3}, {4, 1, 1, 1}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 4}};
+  for (const TransposeCase& c : cases)
+    for (DType dt : kFloatTypes) expect_transpose_matches_reference(c, dt);
+}
+
+// A strided or padded 1x1 transposed convolution is a gathered 1x1 convolution's input gradient
+// with a bias (convolution_pointwise_input.cpp): the bias on the values and on the zeros between
+// them, output padding past the last window (rows and columns no window reads), rows of output
+// positions that fill a task's panels with a remainder, and rows wider than a task.
+TEST(ConvTranspose2d, GatheredOneByOneMatchesReferenceWithOneAndTwoThreads) {
+  const TransposeCase cases[] = {{{2, 7, 5, 6}, {7, 5, 1, 1}, {2, 2}, {0, 0}, {1, 1}, {1, 1}, 1},
+                                 {{1, 9, 4, 3}, {9, 4, 1, 1}, {2, 3}, {1, 1}, {0, 2}, {1, 1}, 1},
+                                 {{3, 14, 15, 29}, {14, 9, 1, 1}, {2, 2}, {0, 0}, {1, 0}, {1, 1}, 1},
+                                 {{1, 6, 2, 135}, {6, 3, 1, 1}, {2, 2}, {0, 0}, {0, 1}, {1, 1}, 1}};
+  for (int threads : {1, 2}) {
+    ThreadCount tc(threads);
+    for (const TransposeCase& c : cases) expect_transpose_matches_reference(c, DType::f32);
+  }
 }
 
 // ---- backward
@@ -227,6 +245,9 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"8 channels dilated", {2, 8, 9, 9}, {3, 8, 3, 2}, {1, 1}, {2, 1}, {2, 3}, 1, true});
   cases.push_back({"8 channels stride leaves rows", {2, 8, 8, 8}, {4, 8, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"8 channels groups 2", {2, 8, 6, 6}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true});
+  // oneDNN takes a thread's images about 1 MiB of them at a time (4 here: one thread runs a
+  // chunk of 4 and one of 1, on the weight reordered once).
+  cases.push_back({"4 channels chunks of images", {5, 4, 96, 96}, {2, 4, 1, 2}, {1, 1}, {0, 0}, {1, 1}, 1, true});
   // Shapes the direct kernel takes (few taps, at least 8 output positions): channel blocks of 3
   // with a remainder, a plane whose last 8-position chunk overlaps the one before. Rows not a
   // multiple of 8 wide read shifted copies in chunks that span rows; rows of 8 or 16 read a
@@ -250,6 +271,13 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"1x1 padded many channels", {2, 40, 5, 6}, {12, 40, 1, 1}, {1, 1}, {2, 1}, {1, 1}, 1, false});
   cases.push_back({"1x1 stride 2 padded odd", {1, 5, 11, 13}, {3, 5, 1, 1}, {2, 2}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1x1 stride 2 256 channels", {1, 256, 34, 34}, {7, 256, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+  // The input gradient's tasks of whole output rows: 4 rows of 29 positions (7 panels and a
+  // partial one, the last task 3 rows), rows of 135 positions (one a task), input channels past a
+  // multiple of 6.
+  cases.push_back({"1x1 stride 2 rows of 29", {2, 9, 30, 58}, {14, 9, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
+  cases.push_back({"1x1 stride 2 rows of 135", {1, 3, 4, 270}, {5, 3, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+  // Padding deeper than a task's rows: the first tasks own no input row.
+  cases.push_back({"1x1 padded rows of 70", {1, 5, 7, 66}, {4, 5, 1, 1}, {1, 1}, {3, 2}, {1, 1}, 1, true});
   for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
     ForcedConvPath forced(path);
     for (int threads : {1, 2}) {

@@ -1,0 +1,157 @@
+// The input gradient of a gathered 1x1 convolution (convolution_pointwise.h). An image's
+// dX [C, H, W] is zero except where a window reads, and there it is (W^T dY) [C, Ho*Wo] at that
+// window's position. A task takes a few whole output rows of one image: it packs their dY
+// columns into the micro-kernel's panels, multiplies the transposed weight (packed once per
+// call) into a compact [C, positions] tile that stays in cache, and writes the dX rows those
+// output rows own, values and zeros together, channel by channel. dY is read in place by the
+// micro-kernel (no packing but for a last partial panel). The GEMM path's column buffer (W^T dY
+// of a whole image, then spread) left the cache and came back, and the GEMM packed dY and the
+// transposed weight again for every image.
+#include <algorithm>
+
+#include "core/parallel.h"
+#include "kernels/cpu/convolution_pointwise.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec8.h"
+
+namespace ember::cpu {
+namespace {
+
+using native::Conv2dParams;
+
+constexpr int64_t kRows = kPackedAvx2Rows;
+constexpr int64_t kCols = kPackedAvx2Cols;
+
+// The transposed weight's row panels (kRows input channels each); tasks of whole output rows,
+// about kPointwiseTaskCols positions: their rows, their count per image and the most panels one spans.
+int64_t row_panels(const PointwiseGeometry& g) { return (g.channels + kRows - 1) / kRows; }
+int64_t rows_per_task(const PointwiseGeometry& g) { return std::max<int64_t>(1, kPointwiseTaskCols / g.out_w); }
+int64_t tasks_per_image(const PointwiseGeometry& g) { return (g.out_h + rows_per_task(g) - 1) / rows_per_task(g); }
+int64_t max_panels(const PointwiseGeometry& g) { return (rows_per_task(g) * g.out_w + kCols - 1) / kCols; }
+
+// W [O, C] transposed into row panels over C: panel r holds a[o * kRows + i] = W[o][r * kRows + i],
+// zero past C.
+void pack_transposed_weight(const PointwiseGeometry& g, const float* w, float* packed) {
+  for (int64_t r = 0; r < row_panels(g); ++r)
+    for (int64_t o = 0; o < g.out_channels; ++o)
+      for (int64_t i = 0; i < kRows; ++i) {
+        const int64_t c = r * kRows + i;
+        packed[(r * g.out_channels + o) * kRows + i] = c < g.channels ? w[o * g.channels + c] : 0.0f;
+      }
+}
+
+// The last panel's columns when fewer than kCols remain ([col0, col0 + cols) of one image's
+// dY): edge[o * kCols + j] = dy[o][col0 + j], zero past cols. Full panels are read in place.
+void pack_edge_panel(const PointwiseGeometry& g, const float* dy, int64_t col0, int64_t cols, float* edge) {
+  for (int64_t o = 0; o < g.out_channels; ++o) {
+    const float* src = dy + o * g.area() + col0;
+    std::copy(src, src + cols, edge + o * kCols);
+    std::fill(edge + o * kCols + cols, edge + (o + 1) * kCols, 0.0f);
+  }
+}
+
+// The compact tile [row_panels * kRows, ld] = W^T (zero rows past C) times dY's columns
+// [col0, col0 + cols) of one image: full panels read from dY in place, the last partial one from
+// `edge`. Panel by panel, so its dY lines stay in L1 while every row panel of the weight passes
+// over them; between panels a share of the next task's dY rows (`next`, next_cols columns, or
+// none when null) is asked for: its 100-odd short row pieces are too many streams for the
+// hardware prefetcher.
+void multiply(const PointwiseGeometry& g, const float* packed_w, const float* dy, int64_t col0, int64_t cols,
+              const float* edge, float* tile, const float* next, int64_t next_cols) {
+  const int64_t full = cols / kCols, panels = (cols + kCols - 1) / kCols, ld = panels * kCols;
+  for (int64_t q = 0; q < panels; ++q) {
+    for (int64_t r = 0; r < row_panels(g); ++r) {
+      const float* a = packed_w + r * g.out_channels * kRows;
+      float* c = tile + r * kRows * ld + q * kCols;
+      if (q < full)
+        strided_b_micro_kernel_avx2(g.out_channels, a, dy + col0 + q * kCols, g.area(), c, ld, 1.0f, 0.0f);
+      else
+        packed_micro_kernel_avx2(g.out_channels, a, edge, c, ld, 1.0f, 0.0f);
+    }
+    if (next)
+      for (int64_t o = q * g.out_channels / panels; o < (q + 1) * g.out_channels / panels; ++o)
+        for (int64_t j = 0; j < next_cols; j += kCols) __builtin_prefetch(next + o * g.area() + j);
+  }
+}
+
+// dX rows [ih0, ih1) of one image from the tile of output rows from oh0 on (row stride ld),
+// channel by channel: a row some output row reads holds that row's values every stride-th
+// column, the rest zero; plus bias[c] on channel c when given (added to the values and zeros as
+// the GEMM path adds it).
+void spread(const PointwiseGeometry& g, const float* tile, int64_t ld, int64_t oh0, int64_t ih0, int64_t ih1,
+            const float* bias, float* dx) {
+  const int64_t sh = g.p.stride[0], sw = g.p.stride[1], top = g.p.padding_begin[0], left = g.p.padding_begin[1];
+  const int64_t lo = g.first_inside(), hi = g.end_inside(), width = g.width;
+  for (int64_t c = 0; c < g.channels; ++c) {
+    // x + (-0) is x for every x, so without a bias the values pass unchanged.
+    const float add = bias ? bias[c] : -0.0f, zero = bias ? 0.0f + bias[c] : 0.0f;
+    for (int64_t ih = ih0; ih < ih1; ++ih) {
+      float* row = dx + (c * g.height + ih) * width;
+      const int64_t oh = (ih + top) / sh;
+      if ((ih + top) % sh != 0 || oh >= g.out_h) {
+        std::fill(row, row + width, zero);
+        continue;
+      }
+      const float* s = tile + c * ld + (oh - oh0) * g.out_w;
+      int64_t ow = lo;
+      if (sw == 2 && left == 0) {  // eight values and the zeros between them as two whole vectors
+        const vec8::f8 va = vec8::f8{} + add, vz = vec8::f8{} + zero;
+        for (; ow + 8 <= hi && 2 * ow + 16 <= width; ow += 8) {
+          const vec8::f8 v = vec8::load8(s + ow) + va;
+          vec8::store8(row + 2 * ow, __builtin_shufflevector(v, vz, 0, 8, 1, 9, 2, 10, 3, 11));
+          vec8::store8(row + 2 * ow + 8, __builtin_shufflevector(v, vz, 4, 12, 5, 13, 6, 14, 7, 15));
+        }
+        std::fill(row + 2 * ow, row + width, zero);
+      } else {
+        std::fill(row, row + width, zero);
+      }
+      for (; ow < hi; ++ow) row[ow * sw - left] = s[ow] + add;
+    }
+  }
+}
+
+}  // namespace
+
+bool pointwise_input_grad_applies(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
+  return pointwise_conv_applies(x, w, y, p) && w[0] <= kPointwiseMaxOutChannels;
+}
+
+void pointwise_conv2d_backward_input(const Tensor& grad_input, const Tensor& grad_output, const Tensor& weight,
+                                     const Tensor& bias, const Conv2dParams& p) {
+  const Shape &x = grad_input.shape(), &y = grad_output.shape();
+  const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
+  float* packed_w = thread_scratch<float>(kPointwiseWeightSlot, size_t(row_panels(g) * g.out_channels * kRows));
+  pack_transposed_weight(g, weight.data_ptr<float>(), packed_w);
+  const float* dyd = grad_output.data_ptr<float>();
+  const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* dxd = grad_input.data_ptr<float>();
+  const int64_t tasks = tasks_per_image(g), rows = rows_per_task(g);
+  const int64_t x_image = g.channels * g.height * g.width, y_image = g.out_channels * g.area();
+  parallel_for(0, x[0] * tasks, 1, [&](int64_t t0, int64_t t1) {
+    const int64_t tile_floats = row_panels(g) * kRows * max_panels(g) * kCols;
+    float* tile = thread_scratch<float>(kPointwiseTaskSlot, size_t(tile_floats + g.out_channels * kCols));
+    float* edge = tile + tile_floats;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / tasks, k = t % tasks;
+      const int64_t oh0 = k * rows, oh1 = std::min(g.out_h, oh0 + rows);
+      const int64_t col0 = oh0 * g.out_w, cols = (oh1 - oh0) * g.out_w, ld = (cols + kCols - 1) / kCols * kCols;
+      // The dX rows this task owns: from its first output row's input row to the next task's
+      // (the first task from row 0, the last to the bottom).
+      const auto input_row = [&](int64_t oh) {
+        return std::clamp<int64_t>(oh * p.stride[0] - p.padding_begin[0], 0, g.height);
+      };
+      const int64_t ih0 = k == 0 ? 0 : input_row(oh0), ih1 = k == tasks - 1 ? g.height : input_row(oh1);
+      const float* dy_n = dyd + n * y_image;
+      float* dx_n = dxd + n * x_image;
+      if (cols % kCols) pack_edge_panel(g, dy_n, col0 + cols / kCols * kCols, cols % kCols, edge);
+      const int64_t next_oh0 = k + 1 == tasks ? 0 : oh1, next_n = k + 1 == tasks ? n + 1 : n;
+      const int64_t next_cols = (std::min(g.out_h, next_oh0 + rows) - next_oh0) * g.out_w;
+      const float* next = t + 1 < t1 ? dyd + next_n * y_image + next_oh0 * g.out_w : nullptr;
+      multiply(g, packed_w, dy_n, col0, cols, edge, tile, next, next_cols);
+      spread(g, tile, ld, oh0, ih0, ih1, bd, dx_n);
+    }
+  });
+}
+
+}  // namespace ember::cpu
