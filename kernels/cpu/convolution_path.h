@@ -4,31 +4,31 @@
 // reorder of each operand in and of the result out, or a direct kernel for one-channel layers
 // (convolution_direct.h).
 //
-// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time, best of two runs;
-// AMD EPYC Zen 3 AVX2, 2 cores shared with other builds, so +-20% from run to run): the path
+// Measured (bench/bench_conv.cpp, f32, one thread, GFLOP/s over CPU time, median of 5 runs;
+// AMD EPYC Zen 3 AVX2, 2 cores on a host with noisy neighbours, +-15% from run to run): the path
 // the choice below takes, against oneDNN's blocked kernels with the reorders counted
 // ("reordered") and on tensors kept in its own layouts ("blocked", no reorders: out of reach of
 // an NCHW framework on the 1x1 and first layers).
 //
 //   shape (N)                          pass        path     Ember  reordered  blocked
-//   lenet c1 1->6 5x5 28x28 (64)       fwd         direct     79        24       27
-//                                      bwd_data    gemm       29         6        6
-//                                      bwd_weight  gemm       11         7        8
-//   lenet c2 6->16 5x5 12x12 (64)      fwd         onednn     59        59       62
-//                                      bwd_data    onednn     33        34       37
-//                                      bwd_weight  onednn     44        45       49
-//   fmnist c1 1->32 3x3 28x28 (128)    fwd         direct     57        28       62
-//                                      bwd_data    gemm       49         7        9
-//                                      bwd_weight  gemm       25         7        9
-//   fmnist c2 32->64 3x3 14x14 (128)   fwd         onednn     75        80       88
-//                                      bwd_data    onednn     82        83       95
-//                                      bwd_weight  onednn     61        63       70
-//   resnet 64->64 3x3 56x56 (8)        fwd         onednn     86        87       94
-//                                      bwd_data    onednn     88        90       94
-//                                      bwd_weight  gemm       68        64       67
-//   resnet 64->128 1x1 s2 56x56 (8)    fwd         gemm       67        58       78
-//                                      bwd_data    gemm       57        50       75
-//                                      bwd_weight  gemm       67        42       77
+//   lenet c1 1->6 5x5 28x28 (64)       fwd         direct     64        17       23
+//                                      bwd_data    gemm       21         5        5
+//                                      bwd_weight  gemm       13         5        6
+//   lenet c2 6->16 5x5 12x12 (64)      fwd         onednn     52        53       58
+//                                      bwd_data    onednn     30        32       35
+//                                      bwd_weight  onednn     42        43       44
+//   fmnist c1 1->32 3x3 28x28 (128)    fwd         direct     44        23       56
+//                                      bwd_data    gemm       42         6        7
+//                                      bwd_weight  gemm       21         5        7
+//   fmnist c2 32->64 3x3 14x14 (128)   fwd         onednn     63        66       71
+//                                      bwd_data    onednn     75        68       79
+//                                      bwd_weight  onednn     52        53       57
+//   resnet 64->64 3x3 56x56 (8)        fwd         onednn     77        79       78
+//                                      bwd_data    onednn     79        75       86
+//                                      bwd_weight  gemm       54        43       46
+//   resnet 64->128 1x1 s2 56x56 (8)    fwd         gemm       57        43       77
+//                                      bwd_data    gemm       51        47       73
+//                                      bwd_weight  gemm       58        42       67
 //
 // On the 3x3 first layer the direct kernel (shifted copies: no idle lanes on 28-wide rows)
 // beats the GEMM (57 against 50 in alternating runs), both near the pace of writing the
