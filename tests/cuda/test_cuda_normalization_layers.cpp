@@ -49,7 +49,9 @@ void expect_gpu_matches_cpu(const Op& op, const Shape& shape, int64_t param_size
   EXPECT_TRUE(all_close(d.dx, c.dx, tol, tol)) << "dx";
   const double ptol = tol * double(numel_of(shape) / param_size);
   EXPECT_TRUE(all_close(d.dw, c.dw, tol, ptol)) << "dweight";
-  if (with_bias) EXPECT_TRUE(all_close(d.db, c.db, tol, ptol)) << "dbias";
+  if (with_bias) {
+    EXPECT_TRUE(all_close(d.db, c.db, tol, ptol)) << "dbias";
+  }
 }
 
 const DType kDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};

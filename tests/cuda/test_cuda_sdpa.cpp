@@ -70,9 +70,10 @@ TEST(CudaScaledDotProductAttention, FusedKernelMatchesTheCpu) {
       const native::AttentionResult gpu = native::scaled_dot_product_attention(
           q.to(kGpu), k.to(kGpu), v.to(kGpu), mask.defined() ? mask.to(kGpu) : Tensor(), c.causal, scale, c.p,
           gpu_gen);
-      if (c.p > 0)
+      if (c.p > 0) {
         EXPECT_EQ(gpu.saved.keep.to(Device::cpu()).to(DType::f32).to_vector<float>(),
                   cpu.saved.keep.to(DType::f32).to_vector<float>());
+      }
       const double tol = dt == DType::bf16 ? 3 * tolerance(dt) : 20 * tolerance(dt);
       EXPECT_TRUE(all_close(gpu.out, cpu.out, tol, tol)) << "out";
       const double stol = dt == DType::f64 ? 1e-9 : 1e-4;

@@ -386,9 +386,11 @@ TEST_F(LaunchTest, FsdpFlagsOverrideTheConfigFile) {
   c.num_processes = 2;
   c.use_cpu = true;
   c.main_process_port = free_port();
-  c.fsdp = FSDPOptions{.sharding_strategy = ShardingStrategy::SHARD_OPTIMIZER,
-                       .transformer_layer_cls_to_wrap = {"BertLayer"},
-                       .activation_checkpointing = true};
+  FSDPOptions fsdp;
+  fsdp.sharding_strategy = ShardingStrategy::SHARD_OPTIMIZER;
+  fsdp.transformer_layer_cls_to_wrap = {"BertLayer"};
+  fsdp.activation_checkpointing = true;
+  c.fsdp = fsdp;
   const std::string path = dir_.file("fsdp.yaml");
   c.save_yaml(path);
 
