@@ -12,10 +12,11 @@
 // BM_GeluTanh; best of many runs on a shared machine): exact gelu 0.96 ns per element (8.3 GB/s,
 // 0.38 of the 22 GB/s memory copy bandwidth; 2.3 ns before its lane formula was forced inline
 // and its polynomials shortened), tanh form 0.69 ns (11.6 GB/s, as x sigmoid(2u): one exp and
-// one divide; 1.25 ns through tanh, old and new alternating). Still compute-bound: the exact
-// form's 40 vector instructions per 8 elements (an exp, a divide, a degree-9 polynomial) take
-// about 26 cycles, in L1 as from memory; two vectors a loop step gained 3%, and 4 fewer
-// instructions (no clamps, the x^2 low part in exp's reduction) nothing measurable.
+// one divide; 1.25 ns through tanh, old and new alternating). The exact form is compute-bound, on
+// the two FMA ports: its erfc as exp times a rational function of |x| (every multiply-add an
+// FMA) takes 0.66 ns per element in L1 against the 1.01 of the degree-9 polynomial in
+// 1 / (1 + |x| / (2 sqrt2)) before it, and its derivative 0.82 against 1.03 (CPU time, old and new
+// alternating; 10.7 GB/s against 8.2 in BM_Gelu's CPU time on one thread).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
@@ -98,12 +99,6 @@ template <typename A> EMBER_VEC_INLINE A tanh_of(A x) {
   if constexpr (std::is_same_v<A, float>) return fast_tanh(x);
   else return std::tanh(x);
 }
-// float: the lane formula of kernels/cpu/gelu_math.h on one lane, so the strided paths round
-// exactly as the vector ones.
-template <typename A> EMBER_VEC_INLINE A normal_cdf(A x) {
-  if constexpr (std::is_same_v<A, float>) return cpu::vec8::normal_cdf_pdf(cpu::vec8::f8{} + x).cdf[0];
-  else return A(0.5) * std::erfc(-x * kSqrtHalf<A>);
-}
 
 template <typename A> EMBER_VEC_INLINE A sigmoid_of(A x) { return A(1) / (A(1) + exp_of(-x)); }
 // silu: x sigmoid(x); derivative s (1 + x (1 - s)) with s = sigmoid(x).
@@ -124,9 +119,16 @@ template <typename A> EMBER_VEC_INLINE A gelu_tanh_grad(A x) {
   return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * dinner;
 }
 
-// erf-form gelu: x Phi(x), Phi the standard normal CDF; derivative Phi(x) + x phi(x).
-template <typename A> EMBER_VEC_INLINE A gelu_of(A x) { return x * normal_cdf(x); }
-template <typename A> EMBER_VEC_INLINE A gelu_grad(A x) { return normal_cdf(x) + x * kInvSqrt2Pi<A> * exp_of(A(-0.5) * x * x); }
+// erf-form gelu: x Phi(x), Phi the standard normal CDF; derivative Phi(x) + x phi(x). float takes
+// the lane formulas of kernels/cpu/gelu_math.h on one lane, so it rounds exactly as the vector loops.
+template <typename A> EMBER_VEC_INLINE A gelu_of(A x) {
+  if constexpr (std::is_same_v<A, float>) return cpu::vec8::gelu8(cpu::vec8::f8{} + x)[0];
+  else return x * (A(0.5) * std::erfc(-x * kSqrtHalf<A>));
+}
+template <typename A> EMBER_VEC_INLINE A gelu_grad(A x) {
+  if constexpr (std::is_same_v<A, float>) return cpu::vec8::gelu_grad8(cpu::vec8::f8{} + x)[0];
+  else return A(0.5) * std::erfc(-x * kSqrtHalf<A>) + x * kInvSqrt2Pi<A> * exp_of(A(-0.5) * x * x);
+}
 
 using kernels::int_lower_bound;
 using kernels::int_upper_bound;

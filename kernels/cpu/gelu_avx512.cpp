@@ -31,6 +31,9 @@ inline __m512 raw(Lanes v) { return __builtin_bit_cast(__m512, v); }
 inline Lanes lanes(__m512 v) { return __builtin_bit_cast(Lanes, v); }
 
 EMBER_LANES_INLINE Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm512_fmadd_ps(raw(a), raw(b), raw(c))); }
+// min(hi, x) and max(lo, x) that return a NaN x as is, as vec8's do
+EMBER_LANES_INLINE Lanes min_lanes(float hi, Lanes x) { return lanes(_mm512_min_ps(_mm512_set1_ps(hi), raw(x))); }
+EMBER_LANES_INLINE Lanes max_lanes(float lo, Lanes x) { return lanes(_mm512_max_ps(_mm512_set1_ps(lo), raw(x))); }
 
 // e^x as vec8::exp8, step for step (the same clamps, reduction, polynomial and 2^n), so both
 // widths round identically. _mm512_max_ps / min_ps return their second operand for NaN, as the

@@ -6,7 +6,7 @@
 // position across it; the average pool is separable, summing the window's input rows into one
 // row of column sums and then each window's columns, so the inner loops are unit-stride and the
 // compiler vectorises them. Half types compute in float. The 2x2 stride-2 f32 max pool of CNNs
-// has a kernel of its own (max_pool_2x2_planes).
+// has kernels of its own, forward and backward (kernels/cpu/max_pool_2x2.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -17,7 +17,7 @@
 #include "core/native/pooling.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
-#include "kernels/cpu/vec8.h"
+#include "kernels/cpu/max_pool_2x2.h"
 #include "kernels/shared/pooling_window.h"
 
 namespace ember {
@@ -91,64 +91,6 @@ void max_pool_planes(T* out, int64_t* indices, const T* x, const Pool2dGeometry&
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
           o[ow] = T(best[size_t(ow)]);
           ix[ow] = arg[size_t(ow)];
-        }
-      }
-    }
-  });
-}
-
-// The common CNN pool, 2x2 windows with stride 2 over f32, every window inside the input:
-// eight outputs at a time from two rows, each read once, the even and odd columns separated by
-// a shuffle. The scan order and PyTorch's rule are those of sweep_max: the window's first
-// element starts as the maximum, and each later one in row-major order takes it when strictly
-// greater or NaN. Measured on the Fashion-MNIST CNN's pools (AMD EPYC Zen 3, 1 thread, best of
-// 30, output and indices included): [128, 32, 28, 28] 14.3 -> 2.0 ms, [128, 64, 14, 14]
-// 11.2 -> 1.7 ms against the general sweep, whose stride-2 reads and 7- or 14-wide rows keep it
-// scalar.
-bool is_plain_2x2(const Pool2dGeometry& g) {
-  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
-         g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
-}
-
-void max_pool_2x2_planes(float* out, int64_t* indices, const float* x, const Pool2dGeometry& g) {
-  using cpu::vec8::f8;
-  using i8 = int32_t __attribute__((vector_size(32)));
-  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w, w = g.in_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        const float* r0 = x + p * in_plane + 2 * oh * w;
-        const float* r1 = r0 + w;
-        float* o = out + p * out_plane + oh * g.out_w;
-        int64_t* ix = indices + p * out_plane + oh * g.out_w;
-        const int64_t row_start = 2 * oh * w;
-        // Eight outputs a step; the last step of a row reads only its 2n inputs (CNN rows are
-        // often 7 or 14 outputs wide, so the partial step is most of the work).
-        for (int64_t ow = 0; ow < g.out_w; ow += 8) {
-          const int64_t n = std::min<int64_t>(8, g.out_w - ow);
-          auto load = [&](const float* row, int64_t at) {
-            const int64_t avail = std::clamp<int64_t>(2 * n - at, 0, 8);
-            return avail == 8 ? cpu::vec8::load8(row + 2 * ow + at) : cpu::vec8::load_tail(row + 2 * ow + at, avail, 0.0f);
-          };
-          const f8 a0 = load(r0, 0), b0 = load(r0, 8), a1 = load(r1, 0), b1 = load(r1, 8);
-          const f8 candidates[3] = {__builtin_shufflevector(a0, b0, 1, 3, 5, 7, 9, 11, 13, 15),
-                                    __builtin_shufflevector(a1, b1, 0, 2, 4, 6, 8, 10, 12, 14),
-                                    __builtin_shufflevector(a1, b1, 1, 3, 5, 7, 9, 11, 13, 15)};
-          f8 best = __builtin_shufflevector(a0, b0, 0, 2, 4, 6, 8, 10, 12, 14);
-          i8 which = {0, 0, 0, 0, 0, 0, 0, 0};  // 0..3: the window position, row-major
-          for (int c = 0; c < 3; ++c) {
-            const f8 v = candidates[c];
-            const i8 take = (v > best) | (v != v);
-            best = take ? v : best;
-            which = take ? i8{c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1} : which;
-          }
-          if (n == 8) {
-            cpu::vec8::store8(o + ow, best);
-          } else {
-            cpu::vec8::store_tail(o + ow, best, n);
-          }
-          for (int64_t lane = 0; lane < n; ++lane)
-            ix[ow + lane] = row_start + (which[lane] >> 1) * w + 2 * (ow + lane) + (which[lane] & 1);
         }
       }
     }
@@ -255,8 +197,8 @@ void max_pool2d_cpu(const Tensor& out, const Tensor& indices, const Tensor& x, c
   visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float>)
-      if (is_plain_2x2(g)) return max_pool_2x2_planes(out.data_ptr<float>(), indices.data_ptr<int64_t>(),
-                                                      x.data_ptr<float>(), g);
+      if (cpu::is_plain_2x2(g))
+        return cpu::max_pool_2x2_forward(out.data_ptr<float>(), indices.data_ptr<int64_t>(), x.data_ptr<float>(), g);
     max_pool_planes(out.data_ptr<T>(), indices.data_ptr<int64_t>(), x.data_ptr<T>(), g);
   });
 }
@@ -265,6 +207,10 @@ void max_pool2d_backward_cpu(const Tensor& grad_in, const Tensor& grad_out, cons
                              const Pool2dGeometry& g) {
   visit_floating(grad_in.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::is_plain_2x2(g))
+        return cpu::max_pool_2x2_backward(grad_in.data_ptr<float>(), grad_out.data_ptr<float>(),
+                                          indices.data_ptr<int64_t>(), g);
     max_pool_backward_planes(grad_in.data_ptr<T>(), grad_out.data_ptr<T>(), indices.data_ptr<int64_t>(), g);
   });
 }

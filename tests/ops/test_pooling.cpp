@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/native/pooling.h"
 #include "kernels/reference/pooling.h"
 #include "test_util.h"
 
@@ -170,6 +171,37 @@ TEST(MaxPool2d, TwoByTwoKernelFollowsTheTieAndNaNRules) {
   y.backward(g);
   EXPECT_TRUE(all_close(x.grad(), ref::max_pool2d_backward(ref::from_tensor(x.detach()), ref::from_tensor(g), o), 0,
                         0));
+}
+
+// The f32 2x2 stride-2 backward writes each plane in one pass while every index lies in its own
+// window; indices made by hand that name another window's element, or none, still sum as the
+// general scatter does (plane 0 keeps the forward's kind of indices, plane 1 does not).
+TEST(MaxPool2d, TwoByTwoBackwardTakesAnyIndices) {
+  for (int64_t in_w : {10, 37}) {  // rows of 5 outputs (single steps), of 18 (full and overlapping ones)
+    native::Pool2dGeometry g;
+    g.planes = 2, g.in_h = 5, g.in_w = in_w, g.out_h = 2, g.out_w = in_w / 2;
+    g.kernel_h = g.kernel_w = g.stride_h = g.stride_w = 2;
+    const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+    std::vector<int64_t> ix(size_t(g.planes * out_plane));
+    for (int64_t p = 0; p < g.planes; ++p)
+      for (int64_t oh = 0; oh < g.out_h; ++oh)
+        for (int64_t ow = 0; ow < g.out_w; ++ow)
+          ix[size_t(p * out_plane + oh * g.out_w + ow)] = (2 * oh + (ow % 3 == 1)) * g.in_w + 2 * ow + (ow % 2);
+    ix[size_t(out_plane + 3)] = ix[size_t(out_plane + 4)];  // two outputs name one element
+    ix[size_t(out_plane + 5)] = -1;                        // names none
+    ix[size_t(out_plane + 6)] = in_plane - 1;              // an element no window covers
+    const Tensor go = random_tensor({g.planes, g.out_h, g.out_w}, DType::f32);
+    const std::vector<float> gv = go.to_vector<float>();
+    std::vector<float> want(size_t(g.planes * in_plane), 0.0f);
+    for (int64_t p = 0; p < g.planes; ++p)
+      for (int64_t o = 0; o < out_plane; ++o) {
+        const int64_t i = ix[size_t(p * out_plane + o)];
+        if (i >= 0 && i < in_plane) want[size_t(p * in_plane + i)] += gv[size_t(p * out_plane + o)];
+      }
+    const Tensor got = native::max_pool2d_backward(go, from_vector<int64_t>(ix, {g.planes, g.out_h, g.out_w}),
+                                                   {g.planes, g.in_h, g.in_w}, g);
+    EXPECT_EQ(got.to_vector<float>(), want) << "in_w " << in_w;
+  }
 }
 
 TEST(AvgPool2d, ForwardAndBackwardMatchReference) {
