@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -114,15 +115,44 @@ void scores_row(float* v, const T* x, const float* mask, float scale, int64_t n)
   for (; i < n; ++i) v[i] = float(x[i]) * scale + (mask ? mask[i] : 0.0f);
 }
 
+// scores_row, also giving the max of v (NaNs ignored, as rows_max): the scores are still in
+// registers, so this saves the max its own pass over the row.
+template <typename T>
+float scores_row_max(float* v, const T* x, const float* mask, float scale, int64_t n) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  f8 a = f8{} + ninf, b = a;  // two lanes of maxima, as in rows_max
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const f8 s = load8(x + i) * scale, s2 = load8(x + i + kLanes) * scale;
+    const f8 w = mask ? s + load8(mask + i) : s, w2 = mask ? s2 + load8(mask + i + kLanes) : s2;
+    store8(v + i, w);
+    store8(v + i + kLanes, w2);
+    a = w > a ? w : a;
+    b = w2 > b ? w2 : b;
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    const f8 s = load8(x + i) * scale;
+    const f8 w = mask ? s + load8(mask + i) : s;
+    store8(v + i, w);
+    a = w > a ? w : a;
+  }
+  float m = vec8::hmax(a > b ? a : b);
+  for (; i < n; ++i) {
+    v[i] = float(x[i]) * scale + (mask ? mask[i] : 0.0f);
+    m = v[i] > m ? v[i] : m;
+  }
+  return m;
+}
+
 // Probabilities of R rows: y[r] = softmax(x[r] * scale + mask[r]) (mask[r] may be null; y[r]
 // holds the scores on the way, x[r] may be y[r]). Row r's statistics {max, 1 / sum} go to
 // st[2r], st[2r + 1].
 template <int R, typename T>
 void scaled_masked_softmax_rows(float* const* y, const T* const* x, const float* const* mask, float scale, int64_t n,
                                 float* st) {
-  for (int r = 0; r < R; ++r) scores_row(y[r], x[r], mask[r], scale, n);
   float m[R], inv[R];
-  softmax_rows<R>(y, y, n, m, inv);
+  for (int r = 0; r < R; ++r) m[r] = scores_row_max(y[r], x[r], mask[r], scale, n);
+  softmax_rows_from_max<R>(y, y, n, m, inv);
   for (int r = 0; r < R; ++r) st[2 * r] = m[r], st[2 * r + 1] = inv[r];
 }
 

@@ -80,8 +80,8 @@ EMBER_LANES_INLINE f8 min_keep_nan(float hi, f8 x) {
 // has 2^n's bits all zero, so x <= -87.68 (and -inf) gives exactly 0 with no compare at the end,
 // and NaN stays NaN (the clamps keep it). kernels/cpu/gelu_avx512.cpp repeats these steps on 16
 // lanes and must round identically.
-EMBER_LANES_INLINE f8 exp8(f8 x_in) {
-  const f8 x = min_keep_nan(88.0f, max_keep_nan(-88.0f, x_in));
+// exp8's steps after the clamps, for x in [-88, 88] or NaN.
+EMBER_LANES_INLINE f8 exp8_of_clamped(f8 x) {
   // adding 1.5 * 2^23 rounds to an integer, which then sits in the low mantissa bits
   const f8 shifted = x * 1.44269504088896341f + 12582912.0f;
   const f8 n = shifted - 12582912.0f;
@@ -97,5 +97,11 @@ EMBER_LANES_INLINE f8 exp8(f8 x_in) {
   const u8 pow2 = (std::bit_cast<u8>(shifted) << 23) + (127u << 23);
   return er * std::bit_cast<f8>(pow2);
 }
+
+EMBER_LANES_INLINE f8 exp8(f8 x) { return exp8_of_clamped(min_keep_nan(88.0f, max_keep_nan(-88.0f, x))); }
+
+// exp8(x) for x <= 0 or NaN (as softmax's x - max), bit for bit, without the upper clamp: one
+// instruction and one constant register fewer in loops that are short of both.
+EMBER_LANES_INLINE f8 exp8_nonpositive(f8 x) { return exp8_of_clamped(max_keep_nan(-88.0f, x)); }
 
 }  // namespace ember::cpu::vec8
