@@ -108,8 +108,8 @@ void forward_float(const Tensor& y, const Tensor& h, const Tensor& mean, const T
   const int64_t grain = std::max<int64_t>(1, 8192 / cols);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     std::vector<float> out_buf(y_float ? 0 : size_t(cols));
-    // rows in pairs, so their statistics' chains of adds overlap (as layer_norm's)
-    cpu::for_row_pairs(r0, r1, [&](int64_t r, auto group) {
+    // rows four at a time, so their statistics' chains of adds overlap (as layer_norm's)
+    cpu::for_row_quads(r0, r1, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
       float* hr[R];
       for (int k = 0; k < R; ++k) hr[k] = hp + (r + k) * cols;
@@ -178,9 +178,7 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
   auto partial = [&](const Tensor& t, int slot, auto zero) {
     using P = decltype(zero);
     if (!t.defined()) return static_cast<P*>(nullptr);
-    P* p = cpu::thread_scratch<P>(slot, size_t(nchunks * cols));
-    std::fill(p, p + nchunks * cols, zero);
-    return p;
+    return cpu::thread_scratch<P>(slot, size_t(nchunks * cols));
   };
   float* dw_part = partial(dw, 0, 0.0f);
   float* db_part = partial(db, 1, 0.0f);
@@ -213,6 +211,10 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
       float* dwc = dw_part ? dw_part + c * cols : nullptr;
       float* dbc = db_part ? db_part + c * cols : nullptr;
       double* dxbc = dxb_part ? dxb_part + c * cols : nullptr;
+      // each chunk zeroes its own partial sums (in parallel, and into this core's cache)
+      if (dwc) std::fill(dwc, dwc + cols, 0.0f);
+      if (dbc) std::fill(dbc, dbc + cols, 0.0f);
+      if (dxbc) std::fill(dxbc, dxbc + cols, 0.0);
       // rows in pairs (they share w, dw and db), as in layer_norm's backward
       cpu::for_row_pairs(c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), [&](int64_t r, auto group) {
         constexpr int R = decltype(group)::value;

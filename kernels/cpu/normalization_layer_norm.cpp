@@ -40,9 +40,9 @@ void layer_norm_forward_lanes(T* y, float* mean_out, float* rstd_out, const T* x
                               int64_t rows, int64_t cols, double eps) {
   const int64_t grain = std::max<int64_t>(1, 16384 / cols);
   parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
-    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : 2 * size_t(cols));
-    // rows in pairs, so their statistics' chains of adds overlap
-    cpu::for_row_pairs(rb, re, [&](int64_t r, auto group) {
+    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : 4 * size_t(cols));
+    // rows four at a time, so their statistics' chains of adds overlap
+    cpu::for_row_quads(rb, re, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
       const float* xr[R];
       for (int k = 0; k < R; ++k) {
@@ -240,13 +240,14 @@ void layer_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tens
     using P = partial_t<T>;
     P* dw_part = want_dw ? cpu::thread_scratch<P>(0, size_t(nchunks * cols)) : nullptr;
     P* db_part = want_db ? cpu::thread_scratch<P>(1, size_t(nchunks * cols)) : nullptr;
-    if (dw_part) std::fill(dw_part, dw_part + nchunks * cols, P(0));
-    if (db_part) std::fill(db_part, db_part + nchunks * cols, P(0));
     T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
     const A* wp = weight.defined() ? weight.data_ptr<A>() : nullptr;
     parallel_for(0, nchunks, 1, [&](int64_t cb, int64_t ce) {
       RowBuffers<A> buf(cols);
       for (int64_t c = cb; c < ce; ++c) {
+        // each chunk zeroes its own partial sums (in parallel, and into this core's cache)
+        if (dw_part) std::fill(dw_part + c * cols, dw_part + (c + 1) * cols, P(0));
+        if (db_part) std::fill(db_part + c * cols, db_part + (c + 1) * cols, P(0));
         layer_norm_backward_rows<T>(dxp, want_dw ? dw_part + c * cols : nullptr,
                                     want_db ? db_part + c * cols : nullptr, grad.data_ptr<T>(),
                                     x.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), wp,
