@@ -204,8 +204,8 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
   const bool dh_in_dx = !kp && dx_f32 && !dres_f32;  // dx is dh itself: written there directly
   parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
     const size_t n = static_cast<size_t>(cols);
-    float* g = cpu::thread_scratch<float>(3, 2 * n);
-    float* dh = cpu::thread_scratch<float>(4, 2 * n);
+    float* g = cpu::thread_scratch<float>(3, n);
+    float* dh = cpu::thread_scratch<float>(4, n);
     float* dxr = cpu::thread_scratch<float>(5, n);
     for (int64_t c = c0; c < c1; ++c) {
       float* dwc = dw_part ? dw_part + c * cols : nullptr;
@@ -215,47 +215,30 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
       if (dwc) std::fill(dwc, dwc + cols, 0.0f);
       if (dbc) std::fill(dbc, dbc + cols, 0.0f);
       if (dxbc) std::fill(dxbc, dxbc + cols, 0.0);
-      // rows in pairs (they share w, dw and db), as in layer_norm's backward
-      cpu::for_row_pairs(c * kRowsPerChunk, std::min(rows, (c + 1) * kRowsPerChunk), [&](int64_t r, auto group) {
-        constexpr int R = decltype(group)::value;
-        const float* gr[R];
-        const float* hr[R];
-        float* dhr[R];
-        cpu::RowStats st[R];
-        for (int k = 0; k < R; ++k) {
-          const int64_t row = r + k;
-          // f32 rows are read and written in place, other dtypes through the row buffers
-          if (grad_f32) {
-            gr[k] = reinterpret_cast<const float*>(grad_base + row * grad_row);
-          } else {
-            load_row(grad_dt, grad_base + row * grad_row, g + k * cols, cols);
-            gr[k] = g + k * cols;
-          }
-          hr[k] = hp + row * cols;
-          dhr[k] = dres_f32   ? reinterpret_cast<float*>(dres_base + row * dres_row)
-                   : dh_in_dx ? reinterpret_cast<float*>(dx_base + row * dx_row)
-                              : dh + k * cols;
-          st[k] = {mp[row], rp[row]};
+      for (int64_t r = c * kRowsPerChunk; r < std::min(rows, (c + 1) * kRowsPerChunk); ++r) {
+        // f32 rows are read and written in place, other dtypes through the row buffers
+        const float* gr = g;
+        if (grad_f32) gr = reinterpret_cast<const float*>(grad_base + r * grad_row);
+        else load_row(grad_dt, grad_base + r * grad_row, g, cols);
+        float* dhr = dres_f32   ? reinterpret_cast<float*>(dres_base + r * dres_row)
+                     : dh_in_dx ? reinterpret_cast<float*>(dx_base + r * dx_row)
+                                : dh;
+        cpu::layer_norm_backward_row(dhr, gr, hp + r * cols, cols, {mp[r], rp[r]}, w, dwc, dbc);
+        if (dres_base && !dres_f32) store_row(dres_dt, dres_base + r * dres_row, dhr, cols);
+        if (!want_dx) continue;
+        const float* d = dhr;
+        if (kp) {
+          // straight into dx when it is f32
+          float* out = dx_f32 ? reinterpret_cast<float*>(dx_base + r * dx_row) : dxr;
+          cpu::apply_keep_mask(out, dhr, kp + r * cols, keep_scale, cols);
+          d = out;
+          if (dx_base && !dx_f32) store_row(dx_dt, dx_base + r * dx_row, d, cols);
+        } else if (dx_base && !dh_in_dx) {
+          store_row(dx_dt, dx_base + r * dx_row, d, cols);
         }
-        cpu::layer_norm_backward_rows<R>(dhr, gr, hr, cols, st, w, dwc, dbc);
-        for (int k = 0; k < R; ++k) {
-          const int64_t row = r + k;
-          if (dres_base && !dres_f32) store_row(dres_dt, dres_base + row * dres_row, dhr[k], cols);
-          if (!want_dx) continue;
-          const float* d = dhr[k];
-          if (kp) {
-            // straight into dx when it is f32
-            float* out = dx_f32 ? reinterpret_cast<float*>(dx_base + row * dx_row) : dxr;
-            cpu::apply_keep_mask(out, dhr[k], kp + row * cols, keep_scale, cols);
-            d = out;
-            if (dx_base && !dx_f32) store_row(dx_dt, dx_base + row * dx_row, d, cols);
-          } else if (dx_base && !dh_in_dx) {
-            store_row(dx_dt, dx_base + row * dx_row, d, cols);
-          }
-          if (dxbc)
-            for (int64_t j = 0; j < cols; ++j) dxbc[j] += double(d[j]);
-        }
-      });
+        if (dxbc)
+          for (int64_t j = 0; j < cols; ++j) dxbc[j] += double(d[j]);
+      }
     }
   });
   finish_partials<float>(dw_part, nchunks, cols, dw);

@@ -162,87 +162,61 @@ inline void layer_norm_apply_row(float* y, const float* h, int64_t n, RowStats s
   else row(no{}, no{});
 }
 
-// From the output gradients g[r] and normalised inputs h[r] of R rows (R = 1 or 2):
+// From the output gradient g and the normalised input h of one row:
 //   dh = rstd * (g w - mean(g w) - xhat mean(g w xhat)),  xhat = (h - mean) * rstd,
-// and, when dw / db are not null, dw[j] += g xhat and db[j] += g, row after row (float sums,
-// which the callers keep per fixed chunk of rows and add up in double). w may be null (ones).
-// dh[r] may alias g[r]. A row's bits are the same alone or paired.
+// and, when dw / db are not null, dw[j] += g xhat and db[j] += g (float sums, which the callers
+// keep per fixed chunk of rows and add up in double). w may be null (ones). dh may alias g.
 //
-// Two passes over rows that stay in L1: the first sums g w and g w xhat and updates dw / db, the
-// second recomputes xhat and g w and writes dh. g w and xhat are rounded before use in both
+// Two passes over a row that stays in L1: the first sums g w and g w xhat and updates dw / db,
+// the second recomputes xhat and g w and writes dh. g w and xhat are rounded before use in both
 // passes (no FMA folds them into what follows), so the passes agree and a row whose terms cancel
-// exactly (a single column, say) gives exactly 0. Recomputing costs fewer instructions than
-// storing both to scratch and reading them back (the pass was bound by its stores), and a pair
-// of rows shares the loads and stores of w, dw and db and overlaps the two rows' chains of adds.
-template <int R>
-void layer_norm_backward_rows(float* const* dh, const float* const* g, const float* const* h, int64_t n,
-                              const RowStats* s, const float* w, float* dw, float* db) {
+// exactly (a single column, say) gives exactly 0; the FMAs that remain are spelled out, so every
+// copy of these loops rounds alike. Recomputing measured a little faster than storing xhat and
+// g w to scratch and reading them back; rows two at a time (sharing the loads and stores of w,
+// dw and db) measured 20% slower, the pass being bound by its streams of loads and stores.
+inline void layer_norm_backward_row(float* dh, const float* g, const float* h, int64_t n, RowStats s, const float* w,
+                                    float* dw, float* db) {
   using namespace vec8;
   using ln_detail::fused_mul_add;
   using ln_detail::rounded;
-  double sum_gw[R], sum_gw_xh[R];
-  for (int r = 0; r < R; ++r) sum_gw[r] = sum_gw_xh[r] = 0;
-  const float* gr[R];
-  const float* hr[R];
-  float mean[R], rstd[R];
-  for (int r = 0; r < R; ++r) gr[r] = g[r], hr[r] = h[r], mean[r] = s[r].mean, rstd[r] = s[r].rstd;
+  const float mean = s.mean, rstd = s.rstd;
+  double sum_gw = 0, sum_gw_xh = 0;
   for (int64_t blk = 0; blk < n; blk += ln_detail::kFlush) {
     const int64_t end = std::min(n, blk + ln_detail::kFlush);
-    f8 acc_gw[R], acc_gw_xh[R];
-    for (int r = 0; r < R; ++r) acc_gw[r] = acc_gw_xh[r] = f8{};
+    f8 acc_gw = f8{}, acc_gw_xh = f8{};
     int64_t i = blk;
     for (; i + kLanes <= end; i += kLanes) {
-      f8 gv[R], xv[R];
-      const f8 wv = w ? load8(w + i) : f8{};
-      for (int r = 0; r < R; ++r) {
-        gv[r] = load8(gr[r] + i);
-        xv[r] = rounded((load8(hr[r] + i) - mean[r]) * rstd[r]);
-        const f8 gwv = w ? rounded(gv[r] * wv) : gv[r];
-        acc_gw[r] += gwv;
-        // one rounding with a weight, two without: the sums exactly as the kernels have long made them
-        acc_gw_xh[r] = w ? fused_mul_add(gwv, xv[r], acc_gw_xh[r]) : acc_gw_xh[r] + rounded(gwv * xv[r]);
-      }
-      if (dw) {
-        f8 d = load8(dw + i);
-        for (int r = 0; r < R; ++r) d = fused_mul_add(gv[r], xv[r], d);
-        store8(dw + i, d);
-      }
-      if (db) {
-        f8 d = load8(db + i);
-        for (int r = 0; r < R; ++r) d += gv[r];
-        store8(db + i, d);
-      }
+      const f8 gv = load8(g + i);
+      const f8 xv = rounded((load8(h + i) - mean) * rstd);
+      const f8 gwv = w ? rounded(gv * load8(w + i)) : gv;
+      acc_gw += gwv;
+      // one rounding with a weight, two without: the sums exactly as the kernels have long made them
+      acc_gw_xh = w ? fused_mul_add(gwv, xv, acc_gw_xh) : acc_gw_xh + rounded(gwv * xv);
+      if (dw) store8(dw + i, fused_mul_add(gv, xv, load8(dw + i)));
+      if (db) store8(db + i, load8(db + i) + gv);
     }
-    for (int r = 0; r < R; ++r) {
-      for (int64_t j = i; j < end; ++j) {
-        const float xv = rounded((hr[r][j] - mean[r]) * rstd[r]);
-        const float gwv = w ? rounded(gr[r][j] * w[j]) : gr[r][j];
-        sum_gw[r] += double(gwv);
-        sum_gw_xh[r] += double(gwv * xv);
-        if (dw) dw[j] = fused_mul_add(gr[r][j], xv, dw[j]);
-        if (db) db[j] += gr[r][j];
-      }
-      sum_gw[r] += hsum(acc_gw[r]);
-      sum_gw_xh[r] += hsum(acc_gw_xh[r]);
+    for (; i < end; ++i) {
+      const float xv = rounded((h[i] - mean) * rstd);
+      const float gwv = w ? rounded(g[i] * w[i]) : g[i];
+      sum_gw += double(gwv);
+      sum_gw_xh += double(gwv * xv);
+      if (dw) dw[i] = fused_mul_add(g[i], xv, dw[i]);
+      if (db) db[i] += g[i];
     }
+    sum_gw += hsum(acc_gw);
+    sum_gw_xh += hsum(acc_gw_xh);
   }
-  for (int r = 0; r < R; ++r) {
-    const float a = float(sum_gw[r] / double(n)), c = float(sum_gw_xh[r] / double(n));
-    const float m = mean[r], rs = rstd[r];
-    const float* gp = gr[r];
-    const float* hp = hr[r];
-    float* out = dh[r];
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      const f8 xv = rounded((load8(hp + i) - m) * rs);
-      const f8 gwv = w ? rounded(load8(gp + i) * load8(w + i)) : load8(gp + i);
-      store8(out + i, rs * fused_mul_add(-xv, f8{} + c, rounded(gwv - a)));
-    }
-    for (; i < n; ++i) {
-      const float xv = rounded((hp[i] - m) * rs);
-      const float gwv = w ? rounded(gp[i] * w[i]) : gp[i];
-      out[i] = rs * fused_mul_add(-xv, c, rounded(gwv - a));
-    }
+  const float a = float(sum_gw / double(n)), c = float(sum_gw_xh / double(n));
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const f8 xv = rounded((load8(h + i) - mean) * rstd);
+    const f8 gwv = w ? rounded(load8(g + i) * load8(w + i)) : load8(g + i);
+    store8(dh + i, rstd * fused_mul_add(-xv, f8{} + c, rounded(gwv - a)));
+  }
+  for (; i < n; ++i) {
+    const float xv = rounded((h[i] - mean) * rstd);
+    const float gwv = w ? rounded(g[i] * w[i]) : g[i];
+    dh[i] = rstd * fused_mul_add(-xv, c, rounded(gwv - a));
   }
 }
 

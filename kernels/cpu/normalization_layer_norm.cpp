@@ -144,12 +144,12 @@ double lane_sum(const A* p, int64_t n) {
   return s;
 }
 
-// Per-thread row buffers in acc_t<T> (two rows each: the float rows go in pairs).
+// Per-thread row buffers in acc_t<T>.
 template <typename A>
 struct RowBuffers {
   explicit RowBuffers(int64_t cols)
-      : g(static_cast<size_t>(2 * cols)), xhat(static_cast<size_t>(cols)), gw(static_cast<size_t>(2 * cols)),
-        gw_xhat(static_cast<size_t>(2 * cols)) {}
+      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols)),
+        gw_xhat(static_cast<size_t>(cols)) {}
   std::vector<A> g, xhat, gw, gw_xhat;
 };
 
@@ -167,37 +167,28 @@ void layer_norm_backward_rows(T* dx, partial_t<T>* dw_part, partial_t<T>* db_par
                               int64_t r1, int64_t cols, RowBuffers<acc_t<T>>& buf) {
   using A = acc_t<T>;
   if constexpr (is_lane_type_v<T>) {
-    // rows in pairs (they share w, dw and db); half data widened into buf.g (gradient) and buf.gw
-    // (input), two rows each
-    cpu::for_row_pairs(r0, r1, [&](int64_t r, auto group) {
-      constexpr int R = decltype(group)::value;
-      const float* gr[R];
-      const float* xr[R];
-      float* dh[R];
-      cpu::RowStats st[R];
-      for (int k = 0; k < R; ++k) {
-        const int64_t row = r + k;
-        st[k] = {mean[row], rstd[row]};
-        if constexpr (std::is_same_v<T, float>) {
-          gr[k] = g + row * cols;
-          xr[k] = x + row * cols;
-        } else {
-          cpu::vec8::convert_row(buf.g.data() + k * cols, g + row * cols, cols);
-          cpu::vec8::convert_row(buf.gw.data() + k * cols, x + row * cols, cols);
-          gr[k] = buf.g.data() + k * cols;
-          xr[k] = buf.gw.data() + k * cols;
-        }
-        dh[k] = buf.gw_xhat.data() + k * cols;  // scratch when dx is not wanted or not float
-        if constexpr (std::is_same_v<T, float>) {
-          if (dx) dh[k] = dx + row * cols;
-        }
+    // float rows: half data widened into buf.g (gradient) and buf.gw (input)
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gr;
+      const float* xr;
+      if constexpr (std::is_same_v<T, float>) {
+        gr = g + r * cols;
+        xr = x + r * cols;
+      } else {
+        cpu::vec8::convert_row(buf.g.data(), g + r * cols, cols);
+        cpu::vec8::convert_row(buf.gw.data(), x + r * cols, cols);
+        gr = buf.g.data();
+        xr = buf.gw.data();
       }
-      cpu::layer_norm_backward_rows<R>(dh, gr, xr, cols, st, w, dw_part, db_part);
+      float* dh = buf.gw_xhat.data();  // scratch when dx is not wanted or not float
+      if constexpr (std::is_same_v<T, float>) {
+        if (dx) dh = dx + r * cols;
+      }
+      cpu::layer_norm_backward_row(dh, gr, xr, cols, {mean[r], rstd[r]}, w, dw_part, db_part);
       if constexpr (!std::is_same_v<T, float>) {
-        if (dx)
-          for (int k = 0; k < R; ++k) cpu::vec8::convert_row(dx + (r + k) * cols, dh[k], cols);
+        if (dx) cpu::vec8::convert_row(dx + r * cols, dh, cols);
       }
-    });
+    }
     return;
   }
   const double inv_cols = 1.0 / double(cols);
