@@ -4,19 +4,24 @@
 // optional x bias added, the dropout applied (kernels/cpu/dropout_mask.h, the stream of
 // native::dropout), the residual (f32, bf16 or f16) added; then the row statistics and y come
 // from the same row while it is in L1 (kernels/cpu/layer_norm_rows.h, shared with layer_norm).
-// Memory traffic: x and residual read once, h, y and the keep mask written once. Rows go through
-// the statistics in pairs, as in layer_norm (a row's two sums are chains of dependent adds, which
-// a pair overlaps; a row's bits are the same alone or paired).
+// Memory traffic: x and residual read once, h, y and the keep mask written once. f32 x and
+// residual with no x bias or dropout between them are added and summed in one pass. Rows go
+// through the statistics four at a time, as in layer_norm (a row's two sums are chains of
+// dependent adds, which a group overlaps; a row's bits are the same alone or grouped).
 //
 // Backward: rows are cut into fixed chunks; each chunk writes dresidual, dx (= dresidual through
 // the dropout) and its own partial sums for dweight, dbias and dx_bias, added in chunk order
 // afterwards, so nothing depends on the thread count. f64 runs in double, row by row.
 //
 // Measured on AMD EPYC Zen 3 (AVX2), one thread, forward then backward of [2048, 256] f32 with
-// weight and bias (build/bench/bench_ops BM_AddLayerNormFwdBwd; best of 24 runs on a shared
-// machine, alternating with the previous library): 1.33 ns per element, 21.0 GB/s counted as 7
-// f32 words per element, 0.39 of the 53.7 GB/s L3 copy bandwidth (1.47 ns, 19.1 GB/s, before the
-// forward took rows in pairs).
+// weight and bias (build/bench/bench_ops BM_AddLayerNormFwdBwd, alternating with the previous
+// library, best of 14 on a machine busy with other jobs, whose wall-clock figures scatter by 2x;
+// by CPU time): 27.1 GB/s counted as 7 f32 words per element, against 19.4 GB/s before x and
+// the residual were added in the sum's pass, row pointers and dtypes read once per call and the
+// partial sums added across contiguous columns (the copy of x into h, the separate residual pass,
+// the per-row dtype dispatch and the strided column sums had taken about a quarter). About a
+// tenth of what remains is the benchmark's own: x and residual are both leaves, so autograd
+// copies the one gradient tensor they share for the second of them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -8,11 +8,11 @@
 // do not depend on the thread count.
 //
 // Measured on AMD EPYC Zen 3 (AVX2), one thread, forward then backward of [2048, 256] f32 with
-// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd; best of 18 runs on a shared machine,
-// alternating with the previous library): 0.73 ns per element, 27.3 GB/s counted as 5 f32 words
-// per element, 0.48 of the 56.5 GB/s L3 copy bandwidth (0.94 ns, 21.2 GB/s, before the forward
-// took rows in pairs: a row's two sums are chains of dependent adds, which a pair overlaps;
-// 1.22 ns before the backward row became one pass plus the dh pass).
+// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd, alternating with the previous
+// library, best of 14 on a machine busy with other jobs, whose wall-clock figures scatter by 2x;
+// by CPU time): 27.7 GB/s counted as 5 f32 words per element, against 26.0 GB/s before the
+// statistics took four rows at a time with their sums inlined (the forward alone, timed in one
+// process, 0.28 against 0.34 ns per element); 8 MB copies ran at 48 GB/s meanwhile.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
