@@ -4,19 +4,24 @@
 // optional x bias added, the dropout applied (kernels/cpu/dropout_mask.h, the stream of
 // native::dropout), the residual (f32, bf16 or f16) added; then the row statistics and y come
 // from the same row while it is in L1 (kernels/cpu/layer_norm_rows.h, shared with layer_norm).
-// Memory traffic: x and residual read once, h, y and the keep mask written once. Rows go through
-// the statistics in pairs, as in layer_norm (a row's two sums are chains of dependent adds, which
-// a pair overlaps; a row's bits are the same alone or paired).
+// Memory traffic: x and residual read once, h, y and the keep mask written once. f32 x and
+// residual with no x bias or dropout between them are added and summed in one pass. Rows go
+// through the statistics four at a time, as in layer_norm (a row's two sums are chains of
+// dependent adds, which a group overlaps; a row's bits are the same alone or grouped).
 //
 // Backward: rows are cut into fixed chunks; each chunk writes dresidual, dx (= dresidual through
 // the dropout) and its own partial sums for dweight, dbias and dx_bias, added in chunk order
 // afterwards, so nothing depends on the thread count. f64 runs in double, row by row.
 //
 // Measured on AMD EPYC Zen 3 (AVX2), one thread, forward then backward of [2048, 256] f32 with
-// weight and bias (build/bench/bench_ops BM_AddLayerNormFwdBwd; best of 24 runs on a shared
-// machine, alternating with the previous library): 1.33 ns per element, 21.0 GB/s counted as 7
-// f32 words per element, 0.39 of the 53.7 GB/s L3 copy bandwidth (1.47 ns, 19.1 GB/s, before the
-// forward took rows in pairs).
+// weight and bias (build/bench/bench_ops BM_AddLayerNormFwdBwd, alternating with the previous
+// library, best of 14 on a machine busy with other jobs, whose wall-clock figures scatter by 2x;
+// by CPU time): 27.1 GB/s counted as 7 f32 words per element, against 19.4 GB/s before x and
+// the residual were added in the sum's pass, row pointers and dtypes read once per call and the
+// partial sums added across contiguous columns (the copy of x into h, the separate residual pass,
+// the per-row dtype dispatch and the strided column sums had taken about a quarter). About a
+// tenth of what remains is the benchmark's own: x and residual are both leaves, so autograd
+// copies the one gradient tensor they share for the second of them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -84,13 +89,6 @@ void add_float_row(float* acc, const float* b, int64_t n) {
   for (; i < n; ++i) acc[i] += b[i];
 }
 
-const char* row_ptr(const Tensor& t, int64_t r, int64_t cols) {
-  return static_cast<const char*>(t.raw_data()) + r * cols * int64_t(t.element_size());
-}
-char* row_ptr_mut(const Tensor& t, int64_t r, int64_t cols) {
-  return static_cast<char*>(t.raw_data()) + r * cols * int64_t(t.element_size());
-}
-
 void forward_float(const Tensor& y, const Tensor& h, const Tensor& mean, const Tensor& rstd, const Tensor& keep,
                    const Tensor& x, const Tensor& residual, const Tensor& x_bias, const Tensor& weight,
                    const Tensor& bias, double eps, const FusedDropout& d) {
@@ -103,36 +101,56 @@ void forward_float(const Tensor& y, const Tensor& h, const Tensor& mean, const T
   float* rp = rstd.data_ptr<float>();
   uint8_t* kp = keep.defined() ? reinterpret_cast<uint8_t*>(keep.data_ptr<bool>()) : nullptr;
   const uint32_t threshold = d.active() ? cpu::dropout_threshold(d.p) : 0;
-  const bool y_float = y.dtype() == DType::f32;
+  const DType x_dt = x.dtype(), res_dt = residual.dtype(), y_dt = y.dtype();
+  const bool y_float = y_dt == DType::f32;
+  // f32 x and residual with nothing between them: h = x + residual and its sum in one pass
+  const bool plain_f32 = x_dt == DType::f32 && res_dt == DType::f32 && !xb && !kp;
+  const char* x_base = static_cast<const char*>(x.raw_data());
+  const char* res_base = static_cast<const char*>(residual.raw_data());
+  char* y_base = static_cast<char*>(y.raw_data());
+  const int64_t x_row = cols * int64_t(x.element_size()), res_row = cols * int64_t(residual.element_size()),
+                y_row = cols * int64_t(y.element_size());
   const int64_t grain = std::max<int64_t>(1, 8192 / cols);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     std::vector<float> out_buf(y_float ? 0 : size_t(cols));
-    // rows in pairs, so their statistics' chains of adds overlap (as layer_norm's)
-    cpu::for_row_pairs(r0, r1, [&](int64_t r, auto group) {
+    // rows four at a time, so their statistics' chains of adds overlap (as layer_norm's)
+    cpu::for_row_quads(r0, r1, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
       float* hr[R];
-      for (int k = 0; k < R; ++k) {
-        const int64_t row = r + k;
-        hr[k] = hp + row * cols;
-        load_row(x.dtype(), row_ptr(x, row, cols), hr[k], cols);
-        if (xb) add_float_row(hr[k], xb, cols);
-        if (kp) {
-          cpu::dropout_keep_mask(d.state, threshold, row * cols, cols, kp + row * cols);
-          cpu::apply_keep_mask(hr[k], hr[k], kp + row * cols, float(d.scale), cols);
+      for (int k = 0; k < R; ++k) hr[k] = hp + (r + k) * cols;
+      double sum[R];
+      if (plain_f32) {
+        const float* xr[R];
+        const float* rr[R];
+        for (int k = 0; k < R; ++k) {
+          xr[k] = reinterpret_cast<const float*>(x_base + (r + k) * x_row);
+          rr[k] = reinterpret_cast<const float*>(res_base + (r + k) * res_row);
         }
-        add_row(residual.dtype(), row_ptr(residual, row, cols), hr[k], cols);
+        cpu::add_rows_with_sums<R>(sum, hr, xr, rr, cols);
+      } else {
+        for (int k = 0; k < R; ++k) {
+          const int64_t row = r + k;
+          load_row(x_dt, x_base + row * x_row, hr[k], cols);
+          if (xb) add_float_row(hr[k], xb, cols);
+          if (kp) {
+            cpu::dropout_keep_mask(d.state, threshold, row * cols, cols, kp + row * cols);
+            cpu::apply_keep_mask(hr[k], hr[k], kp + row * cols, float(d.scale), cols);
+          }
+          add_row(res_dt, res_base + row * res_row, hr[k], cols);
+        }
+        cpu::layer_norm_rows_sums<R>(sum, hr, cols);
       }
       cpu::RowStats st[R];
-      cpu::layer_norm_rows_stats<R>(st, hr, cols, eps);
+      cpu::layer_norm_rows_stats_from_sums<R>(st, hr, sum, cols, eps);
       for (int k = 0; k < R; ++k) {
         const int64_t row = r + k;
         mp[row] = st[k].mean;
         rp[row] = st[k].rstd;
         if (y_float) {
-          cpu::layer_norm_apply_row(reinterpret_cast<float*>(row_ptr_mut(y, row, cols)), hr[k], cols, st[k], w, b);
+          cpu::layer_norm_apply_row(reinterpret_cast<float*>(y_base + row * y_row), hr[k], cols, st[k], w, b);
         } else {
           cpu::layer_norm_apply_row(out_buf.data(), hr[k], cols, st[k], w, b);
-          store_row(y.dtype(), row_ptr_mut(y, row, cols), out_buf.data(), cols);
+          store_row(y_dt, y_base + row * y_row, out_buf.data(), cols);
         }
       }
     });
@@ -145,11 +163,13 @@ void finish_partials(const P* part, int64_t nchunks, int64_t cols, const Tensor&
   if (!out.defined()) return;
   A* o = out.data_ptr<A>();
   parallel_for(0, cols, 256, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      double s = 0;
-      for (int64_t c = 0; c < nchunks; ++c) s += double(part[size_t(c * cols + j)]);
-      o[j] = A(s);
+    // chunk after chunk across a block of columns (contiguous, so it vectorises)
+    std::vector<double> acc(size_t(j1 - j0), 0.0);
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const P* p = part + c * cols;
+      for (int64_t j = j0; j < j1; ++j) acc[size_t(j - j0)] += double(p[j]);
     }
+    for (int64_t j = j0; j < j1; ++j) o[j] = A(acc[size_t(j - j0)]);
   });
 }
 
@@ -158,14 +178,12 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
                     const Tensor& keep, double dropout_scale) {
   const int64_t rows = h.shape()[0], cols = h.shape()[1];
   const int64_t nchunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-  // per-chunk partial sums in this thread's scratch slots 0-2 (the chunks use slots 3-6)
+  // per-chunk partial sums in this thread's scratch slots 0-2 (the chunks use slots 3-5)
   // (dweight and dbias in float: a chunk is only kRowsPerChunk rows, and the chunks add in double)
   auto partial = [&](const Tensor& t, int slot, auto zero) {
     using P = decltype(zero);
     if (!t.defined()) return static_cast<P*>(nullptr);
-    P* p = cpu::thread_scratch<P>(slot, size_t(nchunks * cols));
-    std::fill(p, p + nchunks * cols, zero);
-    return p;
+    return cpu::thread_scratch<P>(slot, size_t(nchunks * cols));
   };
   float* dw_part = partial(dw, 0, 0.0f);
   float* db_part = partial(db, 1, 0.0f);
@@ -176,36 +194,52 @@ void backward_float(const Tensor& dx, const Tensor& dres, const Tensor& dxb, con
   const float* rp = rstd.data_ptr<float>();
   const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
   const bool want_dx = dx.defined() || dxb.defined();
+  // row pointers and dtypes, read once (not per row)
+  const DType grad_dt = grad.dtype();
+  const DType dres_dt = dres.defined() ? dres.dtype() : DType::f32, dx_dt = dx.defined() ? dx.dtype() : DType::f32;
+  const char* grad_base = static_cast<const char*>(grad.raw_data());
+  char* dres_base = dres.defined() ? static_cast<char*>(dres.raw_data()) : nullptr;
+  char* dx_base = dx.defined() ? static_cast<char*>(dx.raw_data()) : nullptr;
+  const int64_t grad_row = cols * int64_t(grad.element_size());
+  const int64_t dres_row = dres.defined() ? cols * int64_t(dres.element_size()) : 0;
+  const int64_t dx_row = dx.defined() ? cols * int64_t(dx.element_size()) : 0;
+  const bool grad_f32 = grad_dt == DType::f32, dres_f32 = dres_base && dres_dt == DType::f32,
+             dx_f32 = dx_base && dx_dt == DType::f32;
+  const float keep_scale = float(dropout_scale);
+  const bool dh_in_dx = !kp && dx_f32 && !dres_f32;  // dx is dh itself: written there directly
   parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
     const size_t n = static_cast<size_t>(cols);
     float* g = cpu::thread_scratch<float>(3, n);
     float* dh = cpu::thread_scratch<float>(4, n);
-    float* scratch = cpu::thread_scratch<float>(5, 2 * n);
-    float* dxr = cpu::thread_scratch<float>(6, n);
+    float* dxr = cpu::thread_scratch<float>(5, n);
     for (int64_t c = c0; c < c1; ++c) {
       float* dwc = dw_part ? dw_part + c * cols : nullptr;
       float* dbc = db_part ? db_part + c * cols : nullptr;
       double* dxbc = dxb_part ? dxb_part + c * cols : nullptr;
+      // each chunk zeroes its own partial sums (in parallel, and into this core's cache)
+      if (dwc) std::fill(dwc, dwc + cols, 0.0f);
+      if (dbc) std::fill(dbc, dbc + cols, 0.0f);
+      if (dxbc) std::fill(dxbc, dxbc + cols, 0.0);
       for (int64_t r = c * kRowsPerChunk; r < std::min(rows, (c + 1) * kRowsPerChunk); ++r) {
         // f32 rows are read and written in place, other dtypes through the row buffers
         const float* gr = g;
-        if (grad.dtype() == DType::f32) gr = reinterpret_cast<const float*>(row_ptr(grad, r, cols));
-        else load_row(grad.dtype(), row_ptr(grad, r, cols), g, cols);
-        const bool dres_f32 = dres.defined() && dres.dtype() == DType::f32;
-        float* dhr = dres_f32 ? reinterpret_cast<float*>(row_ptr_mut(dres, r, cols)) : dh;
-        cpu::layer_norm_backward_row(dhr, gr, hp + r * cols, cols, {mp[r], rp[r]}, w, dwc, dbc, scratch);
-        if (dres.defined() && !dres_f32) store_row(dres.dtype(), row_ptr_mut(dres, r, cols), dhr, cols);
+        if (grad_f32) gr = reinterpret_cast<const float*>(grad_base + r * grad_row);
+        else load_row(grad_dt, grad_base + r * grad_row, g, cols);
+        float* dhr = dres_f32   ? reinterpret_cast<float*>(dres_base + r * dres_row)
+                     : dh_in_dx ? reinterpret_cast<float*>(dx_base + r * dx_row)
+                                : dh;
+        cpu::layer_norm_backward_row(dhr, gr, hp + r * cols, cols, {mp[r], rp[r]}, w, dwc, dbc);
+        if (dres_base && !dres_f32) store_row(dres_dt, dres_base + r * dres_row, dhr, cols);
         if (!want_dx) continue;
         const float* d = dhr;
         if (kp) {
           // straight into dx when it is f32
-          float* out =
-              dx.defined() && dx.dtype() == DType::f32 ? reinterpret_cast<float*>(row_ptr_mut(dx, r, cols)) : dxr;
-          cpu::apply_keep_mask(out, dhr, kp + r * cols, float(dropout_scale), cols);
+          float* out = dx_f32 ? reinterpret_cast<float*>(dx_base + r * dx_row) : dxr;
+          cpu::apply_keep_mask(out, dhr, kp + r * cols, keep_scale, cols);
           d = out;
-          if (dx.defined() && dx.dtype() != DType::f32) store_row(dx.dtype(), row_ptr_mut(dx, r, cols), d, cols);
-        } else if (dx.defined()) {
-          store_row(dx.dtype(), row_ptr_mut(dx, r, cols), d, cols);
+          if (dx_base && !dx_f32) store_row(dx_dt, dx_base + r * dx_row, d, cols);
+        } else if (dx_base && !dh_in_dx) {
+          store_row(dx_dt, dx_base + r * dx_row, d, cols);
         }
         if (dxbc)
           for (int64_t j = 0; j < cols; ++j) dxbc[j] += double(d[j]);

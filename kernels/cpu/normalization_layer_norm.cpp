@@ -8,11 +8,11 @@
 // do not depend on the thread count.
 //
 // Measured on AMD EPYC Zen 3 (AVX2), one thread, forward then backward of [2048, 256] f32 with
-// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd; best of 18 runs on a shared machine,
-// alternating with the previous library): 0.73 ns per element, 27.3 GB/s counted as 5 f32 words
-// per element, 0.48 of the 56.5 GB/s L3 copy bandwidth (0.94 ns, 21.2 GB/s, before the forward
-// took rows in pairs: a row's two sums are chains of dependent adds, which a pair overlaps;
-// 1.22 ns before the backward row became one pass plus the dh pass).
+// weight and bias (build/bench/bench_ops BM_LayerNormFwdBwd, alternating with the previous
+// library, best of 14 on a machine busy with other jobs, whose wall-clock figures scatter by 2x;
+// by CPU time): 27.7 GB/s counted as 5 f32 words per element, against 26.0 GB/s before the
+// statistics took four rows at a time with their sums inlined (the forward alone, timed in one
+// process, 0.28 against 0.34 ns per element); 8 MB copies ran at 48 GB/s meanwhile.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -40,9 +40,9 @@ void layer_norm_forward_lanes(T* y, float* mean_out, float* rstd_out, const T* x
                               int64_t rows, int64_t cols, double eps) {
   const int64_t grain = std::max<int64_t>(1, 16384 / cols);
   parallel_for(0, rows, grain, [&](int64_t rb, int64_t re) {
-    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : 2 * size_t(cols));
-    // rows in pairs, so their statistics' chains of adds overlap
-    cpu::for_row_pairs(rb, re, [&](int64_t r, auto group) {
+    std::vector<float> in_buf(std::is_same_v<T, float> ? 0 : 4 * size_t(cols));
+    // rows four at a time, so their statistics' chains of adds overlap
+    cpu::for_row_quads(rb, re, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
       const float* xr[R];
       for (int k = 0; k < R; ++k) {
@@ -148,7 +148,7 @@ double lane_sum(const A* p, int64_t n) {
 template <typename A>
 struct RowBuffers {
   explicit RowBuffers(int64_t cols)
-      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(2 * cols)), gw(static_cast<size_t>(cols)),
+      : g(static_cast<size_t>(cols)), xhat(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols)),
         gw_xhat(static_cast<size_t>(cols)) {}
   std::vector<A> g, xhat, gw, gw_xhat;
 };
@@ -184,7 +184,7 @@ void layer_norm_backward_rows(T* dx, partial_t<T>* dw_part, partial_t<T>* db_par
       if constexpr (std::is_same_v<T, float>) {
         if (dx) dh = dx + r * cols;
       }
-      cpu::layer_norm_backward_row(dh, gr, xr, cols, {mean[r], rstd[r]}, w, dw_part, db_part, buf.xhat.data());
+      cpu::layer_norm_backward_row(dh, gr, xr, cols, {mean[r], rstd[r]}, w, dw_part, db_part);
       if constexpr (!std::is_same_v<T, float>) {
         if (dx) cpu::vec8::convert_row(dx + r * cols, dh, cols);
       }
@@ -231,13 +231,14 @@ void layer_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tens
     using P = partial_t<T>;
     P* dw_part = want_dw ? cpu::thread_scratch<P>(0, size_t(nchunks * cols)) : nullptr;
     P* db_part = want_db ? cpu::thread_scratch<P>(1, size_t(nchunks * cols)) : nullptr;
-    if (dw_part) std::fill(dw_part, dw_part + nchunks * cols, P(0));
-    if (db_part) std::fill(db_part, db_part + nchunks * cols, P(0));
     T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
     const A* wp = weight.defined() ? weight.data_ptr<A>() : nullptr;
     parallel_for(0, nchunks, 1, [&](int64_t cb, int64_t ce) {
       RowBuffers<A> buf(cols);
       for (int64_t c = cb; c < ce; ++c) {
+        // each chunk zeroes its own partial sums (in parallel, and into this core's cache)
+        if (dw_part) std::fill(dw_part + c * cols, dw_part + (c + 1) * cols, P(0));
+        if (db_part) std::fill(db_part + c * cols, db_part + (c + 1) * cols, P(0));
         layer_norm_backward_rows<T>(dxp, want_dw ? dw_part + c * cols : nullptr,
                                     want_db ? db_part + c * cols : nullptr, grad.data_ptr<T>(),
                                     x.data_ptr<T>(), mean.data_ptr<A>(), rstd.data_ptr<A>(), wp,

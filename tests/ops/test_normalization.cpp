@@ -21,6 +21,7 @@ using ember::testing::random_tensor;
 using ember::testing::same_bits;
 using ember::testing::tolerance;
 using ember::testing::uniform_int;
+using ember::testing::with_one_and_two_threads;
 using reference::RefTensor;
 
 namespace {
@@ -258,6 +259,22 @@ TEST(LayerNorm, ARowGivesTheSameBitsAloneOrAmongOthers) {
     expect_rows_alone_as_among_others(x, forward);
     expect_rows_alone_as_among_others(x.narrow(0, 4, 5).contiguous(), forward);
   });
+}
+
+TEST(LayerNorm, SameResultsWhateverTheThreadCount) {
+  // an odd row count, so the two threads' shares start a row pair at different rows than one
+  // thread does; weight and bias both, whose product and sum must round alike in every copy of
+  // the kernel's loop; a row length with a tail past the 8-lane blocks
+  const Tensor x = random_tensor({97, 261}), w = random_tensor({261}), b = random_tensor({261});
+  const Tensor g = random_tensor({97, 261});
+  auto run = [&] {
+    Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_(), bl = b.detach().requires_grad_();
+    Tensor y = layer_norm(xl, {261}, wl, bl);
+    y.backward(g);
+    return cat({y.detach().reshape({-1}), xl.grad().reshape({-1}), wl.grad(), bl.grad()});
+  };
+  auto [one, two] = with_one_and_two_threads(run);
+  EXPECT_TRUE(same_bits(one, two));
 }
 
 TEST(LayerNorm, BackwardKernelMatchesReference) {
