@@ -257,6 +257,8 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"1 channel 3x3 same", {3, 1, 10, 12}, {5, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
   cases.push_back({"1 channel 3x3 28 wide one image", {1, 1, 28, 28}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1 channel 3x3 rows of 5", {2, 1, 3, 5}, {4, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  // An output past 1 MiB with whole vectors of positions, written past the cache.
+  cases.push_back({"1 channel 3x3 streamed", {11, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
   cases.push_back({"1 channel 3x3 odd plane", {3, 1, 7, 9}, {2, 1, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1, false});
   cases.push_back({"1 channel 5x5 rows of 16", {2, 1, 20, 20}, {7, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"2 channels 3x3 rows of 8", {3, 2, 5, 8}, {4, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
