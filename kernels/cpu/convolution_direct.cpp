@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel.h"
@@ -21,6 +22,8 @@ constexpr int kCopiesSlot = 1;
 // weights of a tap and one input vector fill AVX2's sixteen registers.
 constexpr int kChannelBlock = 3;
 constexpr int kChunkBlock = 4;
+// Output size from which its stores go past the cache (streamed_output): about an L2.
+constexpr int64_t kStreamMinBytes = int64_t(1) << 20;
 
 // Two layouts of the image the taps read. Rows whose width is a multiple of 8 take one
 // zero-padded copy per channel, read row by row. Other widths would leave lanes idle at every
@@ -54,10 +57,11 @@ struct DirectPlan {
 };
 
 // Output channels [o0, o0 + OB), `groups` runs of NV chunks from chunk `first`:
-// y = bias + sum over taps of w * x, one load per chunk and tap.
+// y = bias + sum over taps of w * x, one load per chunk and tap. `streamed` (whole aligned
+// chunks only) writes y past the cache, as streamed_output says.
 template <int OB, int NV>
 void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float* copies, const float* bias, float* y,
-                   int64_t o0, int64_t first, int64_t groups) {
+                   int64_t o0, int64_t first, int64_t groups, bool streamed) {
   // Locals, not g's fields: the stores through y could otherwise alias them for the compiler.
   const int64_t taps = g.taps(), area = g.area();
   const int64_t* offsets = plan.offsets.data();
@@ -80,8 +84,12 @@ void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float*
         for (int q = 0; q < OB; ++q) acc[q][j] += wv[q] * xv;
       }
     }
-    for (int q = 0; q < OB; ++q)
-      for (int j = 0; j < NV; ++j) vec8::store8(y + (o0 + q) * area + out_starts[j], acc[q][j]);
+    if (streamed)
+      for (int q = 0; q < OB; ++q)
+        for (int j = 0; j < NV; ++j) _mm256_stream_ps(y + (o0 + q) * area + out_starts[j], __m256(acc[q][j]));
+    else
+      for (int q = 0; q < OB; ++q)
+        for (int j = 0; j < NV; ++j) vec8::store8(y + (o0 + q) * area + out_starts[j], acc[q][j]);
   }
 }
 
@@ -89,15 +97,24 @@ void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float*
 // remainder.
 template <int OB>
 void channel_block_all(const DirectGeometry& g, const DirectPlan& plan, const float* copies, const float* bias,
-                       float* y, int64_t o0) {
+                       float* y, int64_t o0, bool streamed) {
   const int64_t chunks = int64_t(plan.out_starts.size()), full = chunks / kChunkBlock, rest = full * kChunkBlock;
-  channel_block<OB, kChunkBlock>(g, plan, copies, bias, y, o0, 0, full);
+  channel_block<OB, kChunkBlock>(g, plan, copies, bias, y, o0, 0, full, streamed);
   switch (chunks - rest) {
-    case 1: return channel_block<OB, 1>(g, plan, copies, bias, y, o0, rest, 1);
-    case 2: return channel_block<OB, 2>(g, plan, copies, bias, y, o0, rest, 1);
-    case 3: return channel_block<OB, 3>(g, plan, copies, bias, y, o0, rest, 1);
+    case 1: return channel_block<OB, 1>(g, plan, copies, bias, y, o0, rest, 1, streamed);
+    case 2: return channel_block<OB, 2>(g, plan, copies, bias, y, o0, rest, 1, streamed);
+    case 3: return channel_block<OB, 3>(g, plan, copies, bias, y, o0, rest, 1, streamed);
     default: return;
   }
+}
+
+// Whether y's stores go past the cache: when every chunk is a whole aligned vector (planes a
+// multiple of 8, y 32-byte aligned) and the output outgrows the L2 (kStreamMinBytes). The
+// output is the pass's main memory traffic and ordinary stores first fetched each line they
+// overwrite.
+bool streamed_output(const DirectGeometry& g, int64_t images, const float* y) {
+  const int64_t bytes = images * g.out_channels * g.area() * int64_t(sizeof(float));
+  return g.area() % vec8::kLanes == 0 && reinterpret_cast<uintptr_t>(y) % 32 == 0 && bytes >= kStreamMinBytes;
 }
 
 int64_t block_width(const DirectGeometry& g, int64_t o0) {
@@ -158,12 +175,12 @@ void copy_image(const DirectGeometry& g, const float* x, float* copies) {
 }
 
 void forward_image(const DirectGeometry& g, const DirectPlan& plan, const float* x, const float* bias, float* y,
-                   float* copies) {
+                   float* copies, bool streamed) {
   copy_image(g, x, copies);
   for (int64_t o0 = 0; o0 < g.out_channels; o0 += kChannelBlock) switch (block_width(g, o0)) {
-      case 1: channel_block_all<1>(g, plan, copies, bias, y, o0); break;
-      case 2: channel_block_all<2>(g, plan, copies, bias, y, o0); break;
-      default: channel_block_all<kChannelBlock>(g, plan, copies, bias, y, o0); break;
+      case 1: channel_block_all<1>(g, plan, copies, bias, y, o0, streamed); break;
+      case 2: channel_block_all<2>(g, plan, copies, bias, y, o0, streamed); break;
+      default: channel_block_all<kChannelBlock>(g, plan, copies, bias, y, o0, streamed); break;
     }
 }
 
@@ -183,9 +200,12 @@ void direct_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight,
   const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* yd = out.data_ptr<float>();
   const int64_t x_image = g.channels * g.height * g.width, y_image = g.out_channels * g.area();
+  const bool streamed = streamed_output(g, x[0], yd);
   parallel_for(0, x[0], 1, [&](int64_t n0, int64_t n1) {
     float* copies = thread_scratch<float>(kCopiesSlot, size_t(g.channels * g.copies() * g.copy_size()));
-    for (int64_t n = n0; n < n1; ++n) forward_image(g, plan, xd + n * x_image, bd, yd + n * y_image, copies);
+    for (int64_t n = n0; n < n1; ++n)
+      forward_image(g, plan, xd + n * x_image, bd, yd + n * y_image, copies, streamed);
+    if (streamed) _mm_sfence();  // the streamed lines reach memory before another thread reads them
   });
 }
 

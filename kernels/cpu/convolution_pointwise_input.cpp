@@ -7,7 +7,10 @@
 // micro-kernel (no packing but for a last partial panel). The GEMM path's column buffer (W^T dY
 // of a whole image, then spread) left the cache and came back, and the GEMM packed dY and the
 // transposed weight again for every image.
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_pointwise.h"
@@ -75,6 +78,31 @@ void multiply(const PointwiseGeometry& g, const float* packed_w, const float* dy
   }
 }
 
+// row[0, width) = zero, in whole aligned vectors written past the cache (width a multiple of 8,
+// row 32-byte aligned): dX is larger than the caches and is not read here, and ordinary stores
+// first fetched every line they overwrite, half the pass's memory traffic.
+void stream_fill(float* row, int64_t width, float zero) {
+  const __m256 z = _mm256_set1_ps(zero);
+  for (int64_t j = 0; j < width; j += 8) _mm256_stream_ps(row + j, z);
+}
+
+// A stride-2 row without left padding, streamed like stream_fill: row[2 * ow] = s[ow] + add for
+// ow < hi, every other float `zero`. Each vector takes four values, the last fewer under a mask.
+void stream_stride2_row(float* row, const float* s, int64_t hi, int64_t width, float add, float zero) {
+  const __m128 va = _mm_set1_ps(add), vz = _mm_set1_ps(zero);
+  for (int64_t j = 0; j < width; j += 8) {
+    const int64_t ow = j / 2, m = std::clamp<int64_t>(hi - ow, 0, 4);
+    __m128 v;
+    if (m == 4) {
+      v = _mm_add_ps(_mm_loadu_ps(s + ow), va);
+    } else {
+      const __m128i mask = _mm_cmpgt_epi32(_mm_set1_epi32(int(m)), _mm_setr_epi32(0, 1, 2, 3));
+      v = _mm_add_ps(_mm_maskload_ps(s + ow, mask), va);  // masked lanes: 0 + add, the zero
+    }
+    _mm256_stream_ps(row + j, _mm256_set_m128(_mm_unpackhi_ps(v, vz), _mm_unpacklo_ps(v, vz)));
+  }
+}
+
 // dX rows [ih0, ih1) of one image from the tile of output rows from oh0 on (row stride ld),
 // channel by channel: a row some output row reads holds that row's values every stride-th
 // column, the rest zero; plus bias[c] on channel c when given (added to the values and zeros as
@@ -83,17 +111,24 @@ void spread(const PointwiseGeometry& g, const float* tile, int64_t ld, int64_t o
             const float* bias, float* dx) {
   const int64_t sh = g.p.stride[0], sw = g.p.stride[1], top = g.p.padding_begin[0], left = g.p.padding_begin[1];
   const int64_t lo = g.first_inside(), hi = g.end_inside(), width = g.width;
+  const bool streamed = sw == 2 && left == 0 && width % 8 == 0 && reinterpret_cast<uintptr_t>(dx) % 32 == 0;
   for (int64_t c = 0; c < g.channels; ++c) {
     // x + (-0) is x for every x, so without a bias the values pass unchanged.
     const float add = bias ? bias[c] : -0.0f, zero = bias ? 0.0f + bias[c] : 0.0f;
     for (int64_t ih = ih0; ih < ih1; ++ih) {
       float* row = dx + (c * g.height + ih) * width;
       const int64_t oh = (ih + top) / sh;
-      if ((ih + top) % sh != 0 || oh >= g.out_h) {
+      const bool reads = (ih + top) % sh == 0 && oh < g.out_h;
+      const float* s = tile + c * ld + (oh - oh0) * g.out_w;
+      if (streamed) {
+        if (reads) stream_stride2_row(row, s, hi, width, add, zero);
+        else stream_fill(row, width, zero);
+        continue;
+      }
+      if (!reads) {
         std::fill(row, row + width, zero);
         continue;
       }
-      const float* s = tile + c * ld + (oh - oh0) * g.out_w;
       int64_t ow = lo;
       if (sw == 2 && left == 0) {  // eight values and the zeros between them as two whole vectors
         const vec8::f8 va = vec8::f8{} + add, vz = vec8::f8{} + zero;
@@ -109,6 +144,7 @@ void spread(const PointwiseGeometry& g, const float* tile, int64_t ld, int64_t o
       for (; ow < hi; ++ow) row[ow * sw - left] = s[ow] + add;
     }
   }
+  if (streamed) _mm_sfence();  // the streamed lines reach memory before another thread reads them
 }
 
 }  // namespace

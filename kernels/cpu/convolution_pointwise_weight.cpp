@@ -29,6 +29,8 @@ constexpr int kTileO = 4;
 constexpr int kTileC = 3;
 // Positions a group of images spans at least, so a tile's reduction is a few percent of it.
 constexpr int64_t kGroupPositions = 1024;
+// Output rows ahead of the one gathered whose input row is prefetched.
+constexpr int64_t kPrefetchRows = 10;
 
 struct WeightGeometry {
   int64_t channels, height, width, out_channels, out_h, out_w;
@@ -41,6 +43,7 @@ struct WeightGeometry {
 // x [C, H, W] gathered into xs [C, row()]: xs[c][oh * Wo + ow] = x[c][oh * sh - top][ow * sw - left],
 // zero in the padding and past the area.
 void gather_rows(const WeightGeometry& g, const float* x, float* xs) {
+  const float* x_end = x + g.channels * g.height * g.width;
   const int64_t sh = g.p.stride[0], sw = g.p.stride[1], top = g.p.padding_begin[0], left = g.p.padding_begin[1];
   // Output columns [lo, hi) whose input column lies inside the image.
   const int64_t lo = std::min(g.out_w, (left + sw - 1) / sw);
@@ -54,6 +57,11 @@ void gather_rows(const WeightGeometry& g, const float* x, float* xs) {
         continue;
       }
       const float* src = x + (c * g.height + ih) * g.width - left;
+      // The input row kPrefetchRows output rows on (in this channel or the next) is asked for
+      // now: waiting on each strided row's loads took most of the gather's time.
+      const float* ahead = x + (c * g.height + ih + kPrefetchRows * sh) * g.width;
+      if (ahead + g.width <= x_end)
+        for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(ahead + k);
       int64_t ow = 0;
       for (; ow < lo; ++ow) out[ow] = 0.0f;
       if (sw == 2)  // the common stride: two vectors de-interleaved per 8 outputs

@@ -193,12 +193,14 @@ TEST(ConvTranspose2d, MatchesReference) {
 // A strided or padded 1x1 transposed convolution is a gathered 1x1 convolution's input gradient
 // with a bias (convolution_pointwise_input.cpp): the bias on the values and on the zeros between
 // them, output padding past the last window (rows and columns no window reads), rows of output
-// positions that fill a task's panels with a remainder, and rows wider than a task.
+// positions that fill a task's panels with a remainder, rows wider than a task, and rows a
+// multiple of 8 wide (written in whole vectors past the cache).
 TEST(ConvTranspose2d, GatheredOneByOneMatchesReferenceWithOneAndTwoThreads) {
   const TransposeCase cases[] = {{{2, 7, 5, 6}, {7, 5, 1, 1}, {2, 2}, {0, 0}, {1, 1}, {1, 1}, 1},
                                  {{1, 9, 4, 3}, {9, 4, 1, 1}, {2, 3}, {1, 1}, {0, 2}, {1, 1}, 1},
                                  {{3, 14, 15, 29}, {14, 9, 1, 1}, {2, 2}, {0, 0}, {1, 0}, {1, 1}, 1},
-                                 {{1, 6, 2, 135}, {6, 3, 1, 1}, {2, 2}, {0, 0}, {0, 1}, {1, 1}, 1}};
+                                 {{1, 6, 2, 135}, {6, 3, 1, 1}, {2, 2}, {0, 0}, {0, 1}, {1, 1}, 1},
+                                 {{2, 5, 6, 8}, {5, 4, 1, 1}, {2, 2}, {0, 0}, {1, 1}, {1, 1}, 1}};
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
     for (const TransposeCase& c : cases) expect_transpose_matches_reference(c, DType::f32);
@@ -255,6 +257,8 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   cases.push_back({"1 channel 3x3 same", {3, 1, 10, 12}, {5, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
   cases.push_back({"1 channel 3x3 28 wide one image", {1, 1, 28, 28}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
   cases.push_back({"1 channel 3x3 rows of 5", {2, 1, 3, 5}, {4, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
+  // An output past 1 MiB with whole vectors of positions, written past the cache.
+  cases.push_back({"1 channel 3x3 streamed", {11, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true});
   cases.push_back({"1 channel 3x3 odd plane", {3, 1, 7, 9}, {2, 1, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1, false});
   cases.push_back({"1 channel 5x5 rows of 16", {2, 1, 20, 20}, {7, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"2 channels 3x3 rows of 8", {3, 2, 5, 8}, {4, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
@@ -276,6 +280,10 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   // multiple of 6.
   cases.push_back({"1x1 stride 2 rows of 29", {2, 9, 30, 58}, {14, 9, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"1x1 stride 2 rows of 135", {1, 3, 4, 270}, {5, 3, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+  // Input rows a multiple of 8 wide, written in whole vectors past the cache: an odd row count
+  // (the last row read by no window), an even one.
+  cases.push_back({"1x1 stride 2 rows of 24", {2, 7, 9, 24}, {5, 7, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
+  cases.push_back({"1x1 stride 2 rows of 56", {3, 8, 12, 56}, {9, 8, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
   // Padding deeper than a task's rows: the first tasks own no input row.
   cases.push_back({"1x1 padded rows of 70", {1, 5, 7, 66}, {4, 5, 1, 1}, {1, 1}, {3, 2}, {1, 1}, 1, true});
   for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
