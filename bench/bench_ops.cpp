@@ -29,6 +29,10 @@
 //                           read x, write y and i64 indices; read dy and indices, write dx
 //   BM_AdaptiveAvgPool2dFwdBwd  adaptive_avg_pool2d of [128, 32, 28, 28] to 14x14 (2x2
 //                           windows), forward then backward   read x, write y; read dy, write dx
+//   BM_AvgPool2dFwdBwd      avg_pool2d 2x2 of [128, 32, 28, 28], forward then backward    as
+//                           BM_AdaptiveAvgPool2dFwdBwd
+//   BM_GlobalAvgPool2dFwdBwd  adaptive_avg_pool2d of [128, 512, 7, 7] to 1x1 (a ResNet's last
+//                           pool), forward then backward    as BM_AdaptiveAvgPool2dFwdBwd
 //   BM_AdamW                AdamW step (weight decay 0.01) of one dense 4M-element f32 parameter
 //                           read param, grad, exp_avg and exp_avg_sq; write param, exp_avg and
 //                           exp_avg_sq (the states exist: the first step runs before timing)
@@ -214,13 +218,14 @@ void BM_BroadcastAdd(benchmark::State& state) {
   count_bytes(state, (2.0 * double(a.numel()) + double(b.numel())) * kF32);
 }
 
-// A CNN-sized pooling layer, forward then backward, moving `bytes_per_input` f32 words per
-// element of x.
+// A CNN-sized pooling layer of x [128, 32, 28, 28] (or `in`) to dy's [128, 32, 14, 14] (or
+// `out`), forward then backward, moving `bytes_per_input` f32 words per element of x.
 template <typename Pool>
-void pool_forward_backward(benchmark::State& state, const Pool& pool, double bytes_per_input) {
+void pool_forward_backward(benchmark::State& state, const Pool& pool, double bytes_per_input,
+                           const ember::Shape& in = {128, 32, 28, 28}, const ember::Shape& out = {128, 32, 14, 14}) {
   use_threads(state);
-  ember::Tensor x = ember::randn({128, 32, 28, 28}).requires_grad_();
-  const ember::Tensor dy = ember::randn({128, 32, 14, 14});
+  ember::Tensor x = ember::randn(in).requires_grad_();
+  const ember::Tensor dy = ember::randn(out);
   for (auto _ : state) {
     ember::Tensor y = pool(x);
     y.backward(dy);
@@ -238,6 +243,17 @@ void BM_MaxPool2dFwdBwd(benchmark::State& state) {
 void BM_AdaptiveAvgPool2dFwdBwd(benchmark::State& state) {
   // x + y/4, then dy/4 + dx
   pool_forward_backward(state, [](const ember::Tensor& x) { return ember::adaptive_avg_pool2d(x, {14}); }, 2.5);
+}
+
+void BM_AvgPool2dFwdBwd(benchmark::State& state) {
+  // x + y/4, then dy/4 + dx
+  pool_forward_backward(state, [](const ember::Tensor& x) { return ember::avg_pool2d(x, {2}); }, 2.5);
+}
+
+void BM_GlobalAvgPool2dFwdBwd(benchmark::State& state) {
+  // x + y/49, then dy/49 + dx
+  pool_forward_backward(state, [](const ember::Tensor& x) { return ember::adaptive_avg_pool2d(x, {1}); },
+                        2.0 + 2.0 / 49.0, {128, 512, 7, 7}, {128, 512, 1, 1});
 }
 
 void BM_AdamW(benchmark::State& state) {
@@ -292,6 +308,8 @@ BENCHMARK(BM_CastToBf16)->Apply(threads);
 BENCHMARK(BM_BroadcastAdd)->Apply(threads);
 BENCHMARK(BM_MaxPool2dFwdBwd)->Apply(threads);
 BENCHMARK(BM_AdaptiveAvgPool2dFwdBwd)->Apply(threads);
+BENCHMARK(BM_AvgPool2dFwdBwd)->Apply(threads);
+BENCHMARK(BM_GlobalAvgPool2dFwdBwd)->Apply(threads);
 BENCHMARK(BM_AdamW)->Apply(threads);
 BENCHMARK(BM_EmbeddingBwdAdamW)
     ->ArgsProduct({{1, 2}, {0, 1}})

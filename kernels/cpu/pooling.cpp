@@ -5,8 +5,9 @@
 // the work runs along rows: the max pool keeps a row of running maxima and sweeps each kernel
 // position across it; the average pool is separable, summing the window's input rows into one
 // row of column sums and then each window's columns, so the inner loops are unit-stride and the
-// compiler vectorises them. Half types compute in float. The 2x2 stride-2 f32 max pool of CNNs
-// has kernels of its own, forward and backward (kernels/cpu/max_pool_2x2.cpp).
+// compiler vectorises them. Half types compute in float. The 2x2 stride-2 f32 max and average
+// pools of CNNs and the global average pool of ResNets have kernels of their own, forward and
+// backward (kernels/cpu/max_pool_2x2.cpp, avg_pool_2x2.cpp, global_avg_pool.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -17,6 +18,8 @@
 #include "core/native/pooling.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "kernels/cpu/avg_pool_2x2.h"
+#include "kernels/cpu/global_avg_pool.h"
 #include "kernels/cpu/max_pool_2x2.h"
 #include "kernels/shared/pooling_window.h"
 
@@ -169,22 +172,61 @@ void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
   });
 }
 
+// Whether no input row lies in two output rows' windows (stride >= kernel, or adaptive pooling
+// to a divisor of the size): then each row of grad_in is written once.
+bool rows_disjoint(const std::vector<kernels::AvgWindow>& rows) {
+  for (size_t o = 1; o < rows.size(); ++o)
+    if (rows[o].begin < rows[o - 1].end) return false;
+  return true;
+}
+
+// One output row's shares spread over its input row: spread[iw] = 0 + each window's share that
+// covers iw, windows in order.
+template <typename T, typename A>
+void spread_row(A* spread, const T* go, const kernels::AvgWindow& wh, const std::vector<kernels::AvgWindow>& cols,
+                int64_t in_w) {
+  std::fill(spread, spread + in_w, A(0));
+  for (size_t ow = 0; ow < cols.size(); ++ow) {
+    const auto& ww = cols[ow];
+    const A share = A(go[ow]) / A(wh.count * ww.count);
+    for (int64_t iw = ww.begin; iw < ww.end; ++iw) spread[iw] += share;
+  }
+}
+
 template <typename T>
 void avg_pool_backward_planes(T* grad_in, const T* grad_out, const Pool2dGeometry& g) {
   using A = acc_t<T>;
   const auto rows = avg_windows(pool_dim_h(g), g), cols = avg_windows(pool_dim_w(g), g);
   const int64_t out_plane = g.out_h * g.out_w;
+  if (rows_disjoint(rows)) {
+    // each row of grad_in is its window's spread row, or zero: 0 + spread in the general
+    // order below, which is spread itself (spread starts from +0, so it is never -0)
+    const int64_t in_plane = g.in_h * g.in_w;
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+      std::vector<A> spread(static_cast<size_t>(g.in_w));
+      for (int64_t p = begin; p < end; ++p) {
+        T* gi = grad_in + p * in_plane;
+        int64_t written = 0;  // rows of gi done
+        for (int64_t oh = 0; oh < g.out_h; ++oh) {
+          const auto& wh = rows[size_t(oh)];
+          spread_row(spread.data(), grad_out + p * out_plane + oh * g.out_w, wh, cols, g.in_w);
+          const int64_t first = std::clamp(wh.begin, written, g.in_h);  // windows in the padding are empty
+          std::fill(gi + written * g.in_w, gi + first * g.in_w, T(0));
+          for (int64_t ih = wh.begin; ih < wh.end; ++ih)
+            std::transform(spread.begin(), spread.end(), gi + ih * g.in_w, [](A v) { return T(v); });
+          written = std::max(first, wh.end);
+        }
+        std::fill(gi + written * g.in_w, gi + in_plane, T(0));
+      }
+    });
+    return;
+  }
   accumulate_planes(grad_in, g, [&](int64_t p, A* acc, A* spread) {
     // one row of the windows' shares, added to every input row the windows cover (separable)
     const T* go = grad_out + p * out_plane;
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
       const auto& wh = rows[size_t(oh)];
-      std::fill(spread, spread + g.in_w, A(0));
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        const auto& ww = cols[size_t(ow)];
-        const A share = A(go[oh * g.out_w + ow]) / A(wh.count * ww.count);
-        for (int64_t iw = ww.begin; iw < ww.end; ++iw) spread[iw] += share;
-      }
+      spread_row(spread, go + oh * g.out_w, wh, cols, g.in_w);
       for (int64_t ih = wh.begin; ih < wh.end; ++ih) {
         A* row = acc + ih * g.in_w;
         for (int64_t iw = 0; iw < g.in_w; ++iw) row[iw] += spread[iw];
@@ -218,6 +260,10 @@ void max_pool2d_backward_cpu(const Tensor& grad_in, const Tensor& grad_out, cons
 void avg_pool2d_cpu(const Tensor& out, const Tensor& x, const Pool2dGeometry& g) {
   visit_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      if (cpu::is_plain_avg_2x2(g)) return cpu::avg_pool_2x2_forward(out.data_ptr<float>(), x.data_ptr<float>(), g);
+      if (cpu::is_global_avg(g)) return cpu::global_avg_pool_forward(out.data_ptr<float>(), x.data_ptr<float>(), g);
+    }
     avg_pool_planes(out.data_ptr<T>(), x.data_ptr<T>(), g);
   });
 }
@@ -225,6 +271,12 @@ void avg_pool2d_cpu(const Tensor& out, const Tensor& x, const Pool2dGeometry& g)
 void avg_pool2d_backward_cpu(const Tensor& grad_in, const Tensor& grad_out, const Pool2dGeometry& g) {
   visit_floating(grad_in.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      if (cpu::is_plain_avg_2x2(g))
+        return cpu::avg_pool_2x2_backward(grad_in.data_ptr<float>(), grad_out.data_ptr<float>(), g);
+      if (cpu::is_global_avg(g))
+        return cpu::global_avg_pool_backward(grad_in.data_ptr<float>(), grad_out.data_ptr<float>(), g);
+    }
     avg_pool_backward_planes(grad_in.data_ptr<T>(), grad_out.data_ptr<T>(), g);
   });
 }

@@ -4,9 +4,11 @@
 // gradient; output sizes; determinism across thread counts; gradcheck; error messages.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/native/pooling.h"
@@ -258,6 +260,101 @@ TEST(AdaptiveAvgPool2d, WholePlaneIsTheMean) {
   Tensor x = random_tensor({2, 3, 5, 4}, DType::f64);
   EXPECT_TRUE(all_close(adaptive_avg_pool2d(x, {1}), x.mean({-2, -1}, true), 1e-12, 1e-12));
   EXPECT_TRUE(all_close(adaptive_avg_pool2d(x, {5, 4}), x, 0, 0));  // one cell per window
+}
+
+namespace {
+
+// Runs `pool` forward, and backward from g, with 1 and 2 threads and expects want_y (its first
+// element +0) and want_dx exactly from both; returns the one-thread output and gradient.
+std::pair<Tensor, Tensor> expect_exact_pool(const std::function<Tensor(const Tensor&)>& pool, const Tensor& x,
+                                            const Tensor& g, const std::vector<float>& want_y,
+                                            const std::vector<float>& want_dx) {
+  auto [y1, y2] = with_one_and_two_threads([&] { return pool(x); });
+  auto [dx1, dx2] = with_one_and_two_threads([&] {
+    Tensor xg = x.detach().requires_grad_();
+    pool(xg).backward(g);
+    return xg.grad();
+  });
+  for (const Tensor& y : {y1, y2}) {
+    const std::vector<float> got = y.to_vector<float>();
+    EXPECT_EQ(got, want_y);
+    EXPECT_FALSE(std::signbit(got[0]));
+  }
+  for (const Tensor& dx : {dx1, dx2}) EXPECT_EQ(dx.to_vector<float>(), want_dx);
+  return {y1, dx1};
+}
+
+}  // namespace
+
+// The f32 2x2 stride-2 average pool (avg_pool2d 2x2, adaptive_avg_pool2d to half the size) has
+// kernels of its own: rows of 3, 8 and 19 outputs (single outputs, full steps, an overlapping
+// last step), odd sizes whose last row and column no window covers, 1 and 2 threads. Each output
+// is the general kernel's ((x00 + x10) + (x01 + x11)) / 4, bit for bit, and each input's gradient
+// grad_out / 4 or +0; the reference agrees to rounding.
+TEST(AvgPool2d, TwoByTwoKernelMatchesTheGeneralOrder) {
+  for (const Shape& shape : {Shape{3, 2, 6, 7}, Shape{2, 3, 4, 16}, Shape{2, 3, 9, 39}, Shape{1, 3, 10, 38}}) {
+    const int64_t h = shape[2], w = shape[3], oh_n = h / 2, ow_n = w / 2, planes = shape[0] * shape[1];
+    std::vector<float> v = random_tensor(shape, DType::f32).to_vector<float>();
+    v[0] = v[1] = v[size_t(w)] = v[size_t(w) + 1] = -0.0f;  // the general kernel's sum of -0s is +0
+    const Tensor x = from_vector<float>(v, shape);
+    const Tensor g = random_tensor({shape[0], shape[1], oh_n, ow_n}, DType::f32);
+    const std::vector<float> gv = g.to_vector<float>();
+    std::vector<float> want_y(size_t(planes * oh_n * ow_n)), want_dx(v.size(), 0.0f);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t oh = 0; oh < oh_n; ++oh)
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          const size_t at = size_t(p * h * w + 2 * oh * w + 2 * ow), o = size_t((p * oh_n + oh) * ow_n + ow);
+          const float s = (0.0f + v[at] + v[at + size_t(w)]) + (v[at + 1] + v[at + size_t(w) + 1]);
+          want_y[o] = s / 4.0f;
+          for (size_t d : {size_t(0), size_t(1), size_t(w), size_t(w) + 1}) want_dx[at + d] = 0.0f + gv[o] / 4.0f;
+        }
+    for (bool adaptive : {false, true}) {
+      if (adaptive && (h % 2 || w % 2)) continue;  // adaptive windows are 2x2 only at twice the size
+      SCOPED_TRACE(::testing::Message() << "input " << shape_str(shape) << (adaptive ? " adaptive" : " avg_pool2d"));
+      auto pool = [&](const Tensor& in) {
+        return adaptive ? adaptive_avg_pool2d(in, {oh_n, ow_n}) : avg_pool2d(in, {2});
+      };
+      const auto [y1, dx1] = expect_exact_pool(pool, x, g, want_y, want_dx);
+      const ref::PoolOptions o{{2}, {}, {0}, {1}, false};
+      EXPECT_TRUE(all_close(y1, ref::avg_pool2d(ref::from_tensor(x), o), 1e-6, 1e-6));
+      EXPECT_TRUE(all_close(dx1, ref::avg_pool2d_backward(ref::from_tensor(x), ref::from_tensor(g), o), 0, 0));
+    }
+  }
+}
+
+// The f32 global average pool (adaptive_avg_pool2d to 1x1, avg_pool2d over the whole plane) has
+// kernels of its own: 7x7 planes (rows read eight floats at a time, but not past the end of x),
+// rows of 13 (a full and a partial vector), single elements, 1 and 2 threads. Each output is the
+// general kernel's column sums down the rows from zero, added left to right from zero, over the
+// plane's size, bit for bit; each input's gradient is 0 + grad_out / size.
+TEST(AdaptiveAvgPool2d, GlobalKernelMatchesTheGeneralOrder) {
+  for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{2, 3, 4, 13}, Shape{2, 1, 1, 1}}) {
+    const int64_t h = shape[2], w = shape[3], planes = shape[0] * shape[1];
+    std::vector<float> v = random_tensor(shape, DType::f32).to_vector<float>();
+    std::fill(v.begin(), v.begin() + h * w, -0.0f);  // a plane of -0s averages +0
+    const Tensor x = from_vector<float>(v, shape);
+    const Tensor g = random_tensor({shape[0], shape[1], 1, 1}, DType::f32);
+    const std::vector<float> gv = g.to_vector<float>();
+    std::vector<float> want_y(static_cast<size_t>(planes)), want_dx(v.size());
+    for (int64_t p = 0; p < planes; ++p) {
+      float s = 0.0f;
+      for (int64_t iw = 0; iw < w; ++iw) {
+        float column = 0.0f;
+        for (int64_t ih = 0; ih < h; ++ih) column += v[size_t(p * h * w + ih * w + iw)];
+        s += column;
+      }
+      want_y[size_t(p)] = s / float(h * w);
+      std::fill(want_dx.begin() + p * h * w, want_dx.begin() + (p + 1) * h * w, 0.0f + gv[size_t(p)] / float(h * w));
+    }
+    for (bool adaptive : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "input " << shape_str(shape) << (adaptive ? " adaptive" : " avg_pool2d"));
+      auto pool = [&](const Tensor& in) { return adaptive ? adaptive_avg_pool2d(in, {1}) : avg_pool2d(in, {h, w}); };
+      const auto [y1, dx1] = expect_exact_pool(pool, x, g, want_y, want_dx);
+      EXPECT_TRUE(all_close(y1, ref::adaptive_avg_pool2d(ref::from_tensor(x), {1}), 1e-6, 1e-6));
+      EXPECT_TRUE(all_close(dx1, ref::adaptive_avg_pool2d_backward(ref::from_tensor(x), ref::from_tensor(g), {1}), 1e-7,
+                            1e-7));
+    }
+  }
 }
 
 TEST(Pool2d, OutputSizesFollowTorchRounding) {
