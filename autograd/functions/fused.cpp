@@ -1,8 +1,8 @@
 // Differentiable fused ops (core/ops.h, "fused"): forward through core/native/fused.h, backward
 // through its fused backward kernels, with the autocast policy of the ops they replace. Off the
-// CPU they run the composition they stand for. bias_gelu, add_layer_norm and scaled_masked_softmax
-// can be differentiated twice: under create_graph their kernels' gradients carry the history of
-// the same gradients composed from differentiable ops (fused_gradients.h).
+// CPU they run the composition they stand for. Each can be differentiated twice: under
+// create_graph the kernels' gradients carry the history of the same gradients composed from
+// differentiable ops (fused_gradients.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -54,9 +54,9 @@ Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, bool tanh_approx) {
          need_db](const Tensors& g) -> Tensors {
           const Tensor xv = sx.unpack(), b = sb.unpack();
           native::BiasGeluGrads d = native::bias_gelu_backward(g[0], xv, b, tanh_approx, need_dx, need_db);
-          return autograd::with_composed_history("BiasGeluGradBackward", {d.dx, in_dtype(d.dbias, b.dtype())},
-                                                 {g[0], xv, b},
-                                                 [&] { return autograd::bias_gelu_gradients(g[0], xv, b, tanh_approx); });
+          return autograd::with_composed_history(
+              "BiasGeluGradBackward", {d.dx, in_dtype(d.dbias, b.dtype())}, {g[0], xv, b},
+              [&] { return autograd::bias_gelu_gradients(g[0], xv, b, tanh_approx); });
         },
         autograd::Backward::differentiable);
   }
@@ -216,13 +216,23 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
     r.saved.qkv = Tensor();
     r.saved.mask = Tensor();
     const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
-    autograd::record("PackedSelfAttentionBackward", {qkv}, {r.ctx},
-                     [stats = r.saved, sqkv, sm, drop_scale](const Tensors& g) -> Tensors {
-                       native::PackedAttentionSaved saved = stats;
-                       saved.qkv = sqkv.unpack();
-                       saved.mask = sm.unpack();
-                       return {native::packed_self_attention_backward(g[0], saved, drop_scale)};
-                     });
+    // qkv with its history and the caller's mask, for the composed gradient.
+    autograd::record(
+        "PackedSelfAttentionBackward", {qkv}, {r.ctx},
+        [stats = r.saved, sqkv, sm, hqkv = autograd::save_with_history(qkv), additive = autograd::save(mask), num_heads,
+         scale, drop_scale](const Tensors& g) -> Tensors {
+          native::PackedAttentionSaved saved = stats;
+          saved.qkv = sqkv.unpack();
+          saved.mask = sm.unpack();
+          const Tensor qkv_v = hqkv.unpack();
+          return autograd::with_composed_history(
+              "PackedSelfAttentionGradBackward", {native::packed_self_attention_backward(g[0], saved, drop_scale)},
+              {g[0], qkv_v}, [&] {
+                return Tensors{autograd::packed_attention_gradient(g[0], qkv_v, num_heads, additive.unpack(),
+                                                                   saved.keep, scale, drop_scale)};
+              });
+        },
+        autograd::Backward::differentiable);
   }
   return r.ctx;
 }
@@ -292,16 +302,29 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     a.q.data = a.k.data = a.v.data = a.mask = Tensor();
     const double drop_scale = dropout_p > 0.0 ? 1.0 / (1.0 - dropout_p) : 1.0;
     const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
-    autograd::record("ScaledDotProductAttentionBackward", {q, k, v}, {r.out},
-                     [saved = r.saved, sq, sk, sv, sm, drop_scale, q_shape, k_shape, v_shape](const Tensors& g) -> Tensors {
-                       native::AttentionSaved s = saved;
-                       s.problem.q.data = sq.unpack();
-                       s.problem.k.data = sk.unpack();
-                       s.problem.v.data = sv.unpack();
-                       s.problem.mask = sm.unpack();
-                       const native::AttentionGrads d = native::scaled_dot_product_attention_backward(g[0], s, drop_scale);
-                       return {sum_to_shape(d.dq, q_shape), sum_to_shape(d.dk, k_shape), sum_to_shape(d.dv, v_shape)};
-                     });
+    // q, k and v with their history and the additive mask, for the composed gradient.
+    autograd::record(
+        "ScaledDotProductAttentionBackward", {q, k, v}, {r.out},
+        [saved = r.saved, sq, sk, sv, sm, hq = autograd::save_with_history(q), hk = autograd::save_with_history(k),
+         hv = autograd::save_with_history(v), additive = autograd::save(mask), is_causal, scale, scores_dtype,
+         drop_scale, q_shape, k_shape, v_shape](const Tensors& g) -> Tensors {
+          native::AttentionSaved s = saved;
+          s.problem.q.data = sq.unpack();
+          s.problem.k.data = sk.unpack();
+          s.problem.v.data = sv.unpack();
+          s.problem.mask = sm.unpack();
+          const native::AttentionGrads d = native::scaled_dot_product_attention_backward(g[0], s, drop_scale);
+          const Tensor qv = hq.unpack(), kv = hk.unpack(), vv = hv.unpack();
+          return autograd::with_composed_history(
+              "ScaledDotProductAttentionGradBackward",
+              {sum_to_shape(d.dq, q_shape), sum_to_shape(d.dk, k_shape), sum_to_shape(d.dv, v_shape)},
+              {g[0], qv, kv, vv}, [&] {
+                const Tensor m = is_causal ? causal_mask(qv.size(-2), kv.size(-2), scores_dtype, qv.device())
+                                           : additive.unpack();
+                return autograd::attention_gradients(g[0], qv, kv, vv, m, saved.keep, scale, drop_scale);
+              });
+        },
+        autograd::Backward::differentiable);
   }
   return r.out;
 }

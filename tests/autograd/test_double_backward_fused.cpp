@@ -1,12 +1,15 @@
 // Double backward (autograd::grad with create_graph) through the fused ops bias_gelu (exact and
 // tanh forms), add_layer_norm (affine or not, broadcast residual, x bias, dropout, two normalised
-// dims) and scaled_masked_softmax (no mask, a learned broadcast mask, a constant -inf mask,
-// dropout): gradgradcheck of each in f64; first-order gradients under create_graph equal to an
-// ordinary backward's, bit for bit, in f32 and f64 (the fused kernels stay the value); and
-// Hessian-vector products equal to those of the composition each op stands for.
+// dims), scaled_masked_softmax (no mask, a learned broadcast mask, a constant -inf mask,
+// dropout), scaled_dot_product_attention (broadcast batch, causal, additive and bool masks,
+// dropout) and packed_self_attention (a mask, dropout): gradgradcheck of each in f64;
+// first-order gradients under create_graph equal to an ordinary backward's, bit for bit, in f32
+// and f64 (the fused kernels stay the value); and Hessian-vector products equal to those of the
+// composition each op stands for.
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -76,6 +79,46 @@ Tensor causal_mask(int64_t n) {
   return from_vector(v, {n, n});
 }
 
+// scaled_dot_product_attention of in[0..2] with a constant mask (additive or bool, or undefined).
+Fn attention_of(Tensor mask, double p, bool causal = false, std::optional<double> scale = std::nullopt) {
+  return [=](const In& in) {
+    manual_seed(kSeed);
+    const Tensor m = mask.defined() && mask.is_floating_point() ? mask.to(in[0].dtype()) : mask;
+    return scaled_dot_product_attention(in[0], in[1], in[2], m, p, causal, scale);
+  };
+}
+
+// What it stands for, with the same dropout mask.
+Fn attention_composed(Tensor mask, double p, bool causal = false, std::optional<double> scale = std::nullopt) {
+  return [=](const In& in) {
+    manual_seed(kSeed);
+    const double s = scale ? *scale : 1.0 / std::sqrt(double(in[0].size(-1)));
+    Tensor m = causal ? causal_mask(in[0].size(-2)) : mask;
+    if (m.defined() && m.dtype() == DType::boolean)
+      m = where(m, from_vector<double>({0.0}), from_vector<double>({-std::numeric_limits<double>::infinity()}));
+    Tensor scores = mul(matmul(in[0], in[1].transpose(-2, -1)), s);
+    if (m.defined()) scores = add(scores, m.to(in[0].dtype()));
+    return matmul(dropout(softmax(scores, -1), p, true), in[2]);
+  };
+}
+
+// packed_self_attention of in[0] [B, L, 12] (2 heads of 2) with a constant additive mask.
+Fn packed_attention_of(Tensor mask, double p) {
+  return [=](const In& in) {
+    manual_seed(kSeed);
+    return packed_self_attention(in[0], 2, mask.defined() ? mask.to(in[0].dtype()) : mask, p, /*training=*/true);
+  };
+}
+
+Fn packed_attention_composed(Tensor mask, double p) {
+  return [=](const In& in) {
+    const int64_t b = in[0].size(0), len = in[0].size(1);
+    auto head = [&](int64_t i) { return in[0].narrow(2, i * 4, 4).reshape({b, len, 2, 2}).transpose(1, 2); };
+    const Tensor ctx = attention_composed(mask, p)({head(0), head(1), head(2)});
+    return ctx.transpose(1, 2).reshape({b, len, 4});
+  };
+}
+
 struct FusedCase {
   DoubleBackwardCase fused;
   Fn composed;
@@ -83,6 +126,10 @@ struct FusedCase {
 
 std::vector<FusedCase> fused_cases() {
   const Tensor causal = causal_mask(4);
+  const Tensor scores_mask = random_tensor({3, 5}, DType::f64);
+  const Tensor keys_taken = from_vector<bool>({true, false, true, true, false, false, true, true, true, true,
+                                               true, true, false, true, false},
+                                              {3, 5});
   const Fn gelu_exact = [](const In& in) { return gelu(add(in[0], in[1])); };
   const Fn gelu_tanh = [](const In& in) { return gelu(add(in[0], in[1]), /*tanh_approx=*/true); };
   return {
@@ -120,6 +167,26 @@ std::vector<FusedCase> fused_cases() {
        scaled_masked_softmax_composed(0.3)},
       {{"scaled_masked_softmax dropout learned mask", {{{2, 3, 5}}, {{5}}}, scaled_masked_softmax_of(0.4)},
        scaled_masked_softmax_composed(0.4)},
+      // ---- attention (the fused kernels: CPU, a constant mask)
+      {{"attention", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}, attention_of(Tensor(), 0.0)},
+       attention_composed(Tensor(), 0.0)},
+      {{"attention broadcast batch", {{{2, 1, 3, 2}}, {{1, 2, 5, 2}}, {{1, 2, 5, 3}}}, attention_of(Tensor(), 0.0)},
+       attention_composed(Tensor(), 0.0)},
+      {{"attention causal scale", {{{1, 2, 4, 3}}, {{1, 2, 4, 3}}, {{1, 2, 4, 3}}},
+        attention_of(Tensor(), 0.0, true, 0.4)},
+       attention_composed(Tensor(), 0.0, true, 0.4)},
+      {{"attention additive mask", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}, attention_of(scores_mask, 0.0)},
+       attention_composed(scores_mask, 0.0)},
+      {{"attention bool mask", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}, attention_of(keys_taken, 0.0)},
+       attention_composed(keys_taken, 0.0)},
+      {{"attention dropout", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}, attention_of(Tensor(), 0.3)},
+       attention_composed(Tensor(), 0.3)},
+      {{"packed attention", {{{2, 3, 12}}}, packed_attention_of(Tensor(), 0.0)},
+       packed_attention_composed(Tensor(), 0.0)},
+      {{"packed attention mask", {{{2, 4, 12}}}, packed_attention_of(causal, 0.0)},
+       packed_attention_composed(causal, 0.0)},
+      {{"packed attention dropout", {{{1, 4, 12}}}, packed_attention_of(Tensor(), 0.3)},
+       packed_attention_composed(Tensor(), 0.3)},
   };
 }
 
