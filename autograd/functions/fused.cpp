@@ -1,11 +1,15 @@
 // Differentiable fused ops (core/ops.h, "fused"): forward through core/native/fused.h, backward
 // through its fused backward kernels, with the autocast policy of the ops they replace. Off the
-// CPU they run the composition they stand for.
+// CPU they run the composition they stand for. Each can be differentiated twice: under
+// create_graph the kernels' gradients carry the history of the same gradients composed from
+// differentiable ops (fused_gradients.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 
+#include "autograd/functions/composed_gradient.h"
+#include "autograd/functions/fused_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
@@ -15,22 +19,15 @@
 #include "core/ops.h"
 
 namespace ember {
+using autograd::sum_to_shape;
 using autograd::Tensors;
 
 namespace {
 
-// Sums g over the dims that broadcasting added or expanded to reach g's shape from `shape`.
-Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
-  if (g.shape() == shape) return g;
-  const int64_t lead = g.dim() - int64_t(shape.size());
-  Shape dims;
-  for (int64_t i = 0; i < g.dim(); ++i)
-    if (i < lead || (shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
-  const Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
-  return native::reshape(s, shape);
-}
-
 Tensor in_dtype(const Tensor& t, DType dtype) { return t.defined() ? native::to_dtype(t, dtype) : t; }
+
+// t in dtype, differentiably (a composed gradient's cast).
+Tensor as_dtype(const Tensor& t, DType dtype) { return t.defined() && t.dtype() != dtype ? t.to(dtype) : t; }
 
 // The dtype layer_norm and softmax compute in under autocast: half types widen to f32.
 DType autocast_f32(const Tensor& t) {
@@ -51,14 +48,17 @@ Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, bool tanh_approx) {
   Tensor y = native::bias_gelu(x, bias, tanh_approx);
   if (autograd::needs_grad({x, bias})) {
     const bool need_dx = wants(x), need_db = wants(bias);
-    autograd::record("BiasGeluBackward", {x, bias}, {y},
-                     [sx = autograd::save(x), sb = autograd::save(bias), tanh_approx, need_dx,
-                      need_db](const Tensors& g) -> Tensors {
-                       const Tensor& b = sb.unpack();
-                       native::BiasGeluGrads d =
-                           native::bias_gelu_backward(g[0], sx.unpack(), b, tanh_approx, need_dx, need_db);
-                       return {d.dx, in_dtype(d.dbias, b.dtype())};
-                     });
+    autograd::record(
+        "BiasGeluBackward", {x, bias}, {y},
+        [sx = autograd::save_with_history(x), sb = autograd::save_with_history(bias), tanh_approx, need_dx,
+         need_db](const Tensors& g) -> Tensors {
+          const Tensor xv = sx.unpack(), b = sb.unpack();
+          native::BiasGeluGrads d = native::bias_gelu_backward(g[0], xv, b, tanh_approx, need_dx, need_db);
+          return autograd::with_composed_history(
+              "BiasGeluGradBackward", {d.dx, in_dtype(d.dbias, b.dtype())}, {g[0], xv, b},
+              [&] { return autograd::bias_gelu_gradients(g[0], xv, b, tanh_approx); });
+        },
+        autograd::Backward::differentiable);
   }
   return y;
 }
@@ -90,19 +90,40 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual_in, const Shape& n
     const DType w_dt = weight.defined() ? weight.dtype() : DType::f32,
                 b_dt = bias.defined() ? bias.dtype() : DType::f32,
                 xb_dt = x_bias.defined() ? x_bias.dtype() : DType::f32;
-    const Shape ns = normalized_shape;
+    const Shape ns = normalized_shape, xb_shape = x_bias.defined() ? x_bias.shape() : Shape{};
     const double scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    // h = dropout(x + x_bias) + residual, the kernel's, with a node to x, residual and x_bias that
+    // keeps none of their data: the composed gradient under create_graph goes through it.
+    Tensor h = native::reshape(r.saved.h, x.shape());
+    if (autograd::needs_grad({x, residual, x_bias})) {
+      autograd::record(
+          "AddDropoutBackward", {x, residual, x_bias}, {h},
+          [keep = r.saved.keep, scale, xb_shape, x_dt, r_dt, xb_dt](const Tensors& g) -> Tensors {
+            const Tensors d = autograd::add_dropout_gradients(g[0], keep, scale, xb_shape);
+            return {as_dtype(d[0], x_dt), as_dtype(d[1], r_dt), as_dtype(d[2], xb_dt)};
+          },
+          autograd::Backward::differentiable);
+    }
     autograd::record(
         "AddLayerNormBackward", {x, residual, weight, bias, x_bias}, {r.y},
-        [saved = r.saved, ws = autograd::save(weight), need_dx, need_dr, need_dw, need_db, need_dxb, x_dt, r_dt, w_dt,
-         b_dt, xb_dt, ns, scale](const Tensors& g) -> Tensors {
-          native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, ws.unpack(), x_dt, r_dt, scale, need_dx,
+        [saved = r.saved, sh = autograd::save_with_history(h), ws = autograd::save_with_history(weight), need_dx,
+         need_dr, need_dw, need_db, need_dxb, x_dt, r_dt, w_dt, b_dt, xb_dt, ns, xb_shape, scale,
+         eps](const Tensors& g) -> Tensors {
+          const Tensor wv = ws.unpack(), hv = sh.unpack();
+          native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, wv, x_dt, r_dt, scale, need_dx,
                                                                         need_dr, need_dxb, need_dw, need_db);
           auto shaped = [&](const Tensor& t, DType dt) {
             return t.defined() ? in_dtype(native::reshape(t, ns), dt) : t;
           };
-          return {d.dx, d.dresidual, shaped(d.dweight, w_dt), shaped(d.dbias, b_dt), shaped(d.dx_bias, xb_dt)};
-        });
+          return autograd::with_composed_history(
+              "AddLayerNormGradBackward",
+              {d.dx, d.dresidual, shaped(d.dweight, w_dt), shaped(d.dbias, b_dt), shaped(d.dx_bias, xb_dt)},
+              {g[0], hv, wv}, [&] {
+                return autograd::add_layer_norm_gradients(g[0], hv, saved.keep, scale, xb_shape, ns, wv, eps,
+                                                          {need_dx || need_dr || need_dxb, need_dw, need_db});
+              });
+        },
+        autograd::Backward::differentiable);
   }
   return r.y;
 }
@@ -135,21 +156,30 @@ Tensor scaled_masked_softmax(const Tensor& x, const Tensor& mask, double scale, 
     const DType x_dt = x.dtype(), m_dt = mask.defined() ? mask.dtype() : DType::f32;
     const Shape m_shape = mask.defined() ? mask.shape() : Shape{};
     const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    // x and the mask with their history, for the composed gradient (no copies: x is the saved x
+    // itself when contiguous, the mask is the caller's).
     autograd::record(
         "ScaledMaskedSoftmaxBackward", {x, mask}, {r.y},
-        [stats = r.saved, sx, sm, scale, drop_scale, need_dx, need_dmask, x_dt, m_dt, m_shape](const Tensors& g) -> Tensors {
+        [stats = r.saved, sx, sm, hx = autograd::save_with_history(x), hm = autograd::save_with_history(mask), scale,
+         drop_scale, need_dx, need_dmask, x_dt, m_dt, m_shape](const Tensors& g) -> Tensors {
           native::ScaledMaskedSoftmaxSaved saved = stats;
           saved.x = sx.unpack();
           saved.mask = sm.unpack();
+          Tensors grads(2);
           if (!need_dmask) {
-            return {in_dtype(native::scaled_masked_softmax_backward(g[0], saved, scale, scale, drop_scale), x_dt),
-                    Tensor()};
+            grads[0] = in_dtype(native::scaled_masked_softmax_backward(g[0], saved, scale, scale, drop_scale), x_dt);
+          } else {
+            // The mask's gradient is that of the masked scores, summed over its broadcast dims.
+            const Tensor ds = native::scaled_masked_softmax_backward(g[0], saved, scale, 1.0, drop_scale);
+            if (need_dx) grads[0] = in_dtype(mul(ds, scale), x_dt);
+            grads[1] = in_dtype(sum_to_shape(ds, m_shape), m_dt);
           }
-          // The mask's gradient is that of the masked scores, summed over its broadcast dims.
-          const Tensor ds = native::scaled_masked_softmax_backward(g[0], saved, scale, 1.0, drop_scale);
-          const Tensor dx = need_dx ? in_dtype(mul(ds, scale), x_dt) : Tensor();
-          return {dx, in_dtype(sum_to_shape(ds, m_shape), m_dt)};
-        });
+          const Tensor xv = hx.unpack(), mv = hm.unpack();
+          return autograd::with_composed_history("ScaledMaskedSoftmaxGradBackward", grads, {g[0], xv, mv}, [&] {
+            return autograd::scaled_masked_softmax_gradients(g[0], xv, mv, saved.keep, scale, drop_scale);
+          });
+        },
+        autograd::Backward::differentiable);
   }
   return r.y;
 }
@@ -186,13 +216,23 @@ Tensor packed_self_attention(const Tensor& qkv_in, int64_t num_heads, const Tens
     r.saved.qkv = Tensor();
     r.saved.mask = Tensor();
     const double drop_scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
-    autograd::record("PackedSelfAttentionBackward", {qkv}, {r.ctx},
-                     [stats = r.saved, sqkv, sm, drop_scale](const Tensors& g) -> Tensors {
-                       native::PackedAttentionSaved saved = stats;
-                       saved.qkv = sqkv.unpack();
-                       saved.mask = sm.unpack();
-                       return {native::packed_self_attention_backward(g[0], saved, drop_scale)};
-                     });
+    // qkv with its history and the caller's mask, for the composed gradient.
+    autograd::record(
+        "PackedSelfAttentionBackward", {qkv}, {r.ctx},
+        [stats = r.saved, sqkv, sm, hqkv = autograd::save_with_history(qkv), additive = autograd::save(mask), num_heads,
+         scale, drop_scale](const Tensors& g) -> Tensors {
+          native::PackedAttentionSaved saved = stats;
+          saved.qkv = sqkv.unpack();
+          saved.mask = sm.unpack();
+          const Tensor qkv_v = hqkv.unpack();
+          return autograd::with_composed_history(
+              "PackedSelfAttentionGradBackward", {native::packed_self_attention_backward(g[0], saved, drop_scale)},
+              {g[0], qkv_v}, [&] {
+                return Tensors{autograd::packed_attention_gradient(g[0], qkv_v, num_heads, additive.unpack(),
+                                                                   saved.keep, scale, drop_scale)};
+              });
+        },
+        autograd::Backward::differentiable);
   }
   return r.ctx;
 }
@@ -262,16 +302,29 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     a.q.data = a.k.data = a.v.data = a.mask = Tensor();
     const double drop_scale = dropout_p > 0.0 ? 1.0 / (1.0 - dropout_p) : 1.0;
     const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
-    autograd::record("ScaledDotProductAttentionBackward", {q, k, v}, {r.out},
-                     [saved = r.saved, sq, sk, sv, sm, drop_scale, q_shape, k_shape, v_shape](const Tensors& g) -> Tensors {
-                       native::AttentionSaved s = saved;
-                       s.problem.q.data = sq.unpack();
-                       s.problem.k.data = sk.unpack();
-                       s.problem.v.data = sv.unpack();
-                       s.problem.mask = sm.unpack();
-                       const native::AttentionGrads d = native::scaled_dot_product_attention_backward(g[0], s, drop_scale);
-                       return {sum_to_shape(d.dq, q_shape), sum_to_shape(d.dk, k_shape), sum_to_shape(d.dv, v_shape)};
-                     });
+    // q, k and v with their history and the additive mask, for the composed gradient.
+    autograd::record(
+        "ScaledDotProductAttentionBackward", {q, k, v}, {r.out},
+        [saved = r.saved, sq, sk, sv, sm, hq = autograd::save_with_history(q), hk = autograd::save_with_history(k),
+         hv = autograd::save_with_history(v), additive = autograd::save(mask), is_causal, scale, scores_dtype,
+         drop_scale, q_shape, k_shape, v_shape](const Tensors& g) -> Tensors {
+          native::AttentionSaved s = saved;
+          s.problem.q.data = sq.unpack();
+          s.problem.k.data = sk.unpack();
+          s.problem.v.data = sv.unpack();
+          s.problem.mask = sm.unpack();
+          const native::AttentionGrads d = native::scaled_dot_product_attention_backward(g[0], s, drop_scale);
+          const Tensor qv = hq.unpack(), kv = hk.unpack(), vv = hv.unpack();
+          return autograd::with_composed_history(
+              "ScaledDotProductAttentionGradBackward",
+              {sum_to_shape(d.dq, q_shape), sum_to_shape(d.dk, k_shape), sum_to_shape(d.dv, v_shape)},
+              {g[0], qv, kv, vv}, [&] {
+                const Tensor m = is_causal ? causal_mask(qv.size(-2), kv.size(-2), scores_dtype, qv.device())
+                                           : additive.unpack();
+                return autograd::attention_gradients(g[0], qv, kv, vv, m, saved.keep, scale, drop_scale);
+              });
+        },
+        autograd::Backward::differentiable);
   }
   return r.out;
 }

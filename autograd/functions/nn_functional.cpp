@@ -1,6 +1,7 @@
 // Differentiable embedding, dropout, cross-entropy and linear + cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
 #include "autograd/functions/composed_gradient.h"
+#include "autograd/functions/dropout_gradient.h"
 #include "autograd/functions/softmax_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
@@ -13,6 +14,16 @@
 
 namespace ember {
 using autograd::Tensors;
+
+namespace autograd {
+
+// Linear in g: its own gradient is the same formula.
+Tensor dropout_grad(const Tensor& g, const Tensor& mask, double scale) {
+  return linear_gradient("DropoutGradBackward", g, native::dropout_backward(g, mask, scale),
+                         [mask, scale](const Tensor& h) { return dropout_grad(h, mask, scale); });
+}
+
+}  // namespace autograd
 
 namespace {
 Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx, bool rows);
@@ -29,12 +40,6 @@ Tensor embedding_grad(const Tensor& g, const autograd::SavedTensor& indices, int
         const Tensor rows = embedding_lookup(h, index, std::nullopt, false);
         return padding_row < 0 ? rows : masked_fill(rows, eq(index, double(padding_row)).unsqueeze(-1), 0.0);
       });
-}
-
-// dropout's gradient g * mask * scale, linear in g and its own gradient's formula.
-Tensor dropout_grad(const Tensor& g, const Tensor& mask, double scale) {
-  return autograd::linear_gradient("DropoutGradBackward", g, native::dropout_backward(g, mask, scale),
-                                   [mask, scale](const Tensor& h) { return dropout_grad(h, mask, scale); });
 }
 
 // rows: the backward leaves the table its rows (core/sparse_grad.h) instead of a dense table.
@@ -101,7 +106,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     const Tensor mask = r.mask;
     autograd::record(
         "DropoutBackward", {x}, {r.out},
-        [mask, scale](const Tensors& g) -> Tensors { return {dropout_grad(g[0], mask, scale)}; },
+        [mask, scale](const Tensors& g) -> Tensors { return {autograd::dropout_grad(g[0], mask, scale)}; },
         autograd::Backward::differentiable);
   }
   return r.out;
