@@ -10,11 +10,15 @@
 // count. Sums are accumulated in double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#if defined(__AVX2__) && defined(__FMA__)
+#include "kernels/cpu/batch_norm_planes.h"
+#endif
 #include "kernels/cpu/normalization_lanes.h"
 #include "kernels/cpu/scratch.h"
 
@@ -89,6 +93,13 @@ void channel_map(T* out, const T* p, const T* q, const A* a, const A* b, const A
   if (g.s >= kPlaneMin) {
     const int64_t planes = g.n * g.c;
     parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
+#if defined(__AVX2__) && defined(__FMA__)
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
+        if (q) cpu::batch_norm_planes::map_planes<true>(out, p, q, pb, pe, g.s, g.c, a, b, d);
+        else cpu::batch_norm_planes::map_planes<false>(out, p, nullptr, pb, pe, g.s, g.c, a, nullptr, d);
+        return;
+      }
+#endif
       for (int64_t i = pb; i < pe; ++i) {
         const int64_t c = i % g.c, off = i * g.s;
         if (q) nl::combine(out + off, p + off, q + off, g.s, a[c], b[c], d[c]);

@@ -34,7 +34,9 @@ struct Sums2 {
 // Widening halves: spelled as one vcvtps2pd each, which the generic convert left as two
 // 128-bit converts and an insert (the sums' bottleneck).
 #if defined(__AVX__)
-inline d4 low_half(f8 v) { return std::bit_cast<d4>(_mm256_cvtps_pd(_mm256_castps256_ps128(std::bit_cast<__m256>(v)))); }
+inline d4 low_half(f8 v) {
+  return std::bit_cast<d4>(_mm256_cvtps_pd(_mm256_castps256_ps128(std::bit_cast<__m256>(v))));
+}
 inline d4 high_half(f8 v) {
   return std::bit_cast<d4>(_mm256_cvtps_pd(_mm256_extractf128_ps(std::bit_cast<__m256>(v), 1)));
 }
