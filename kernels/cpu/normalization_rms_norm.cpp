@@ -97,9 +97,10 @@ void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor
     const A* w = nl::data_or_null<A>(weight);
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     double* part = dweight.defined() ? cpu::thread_scratch<double>(0, size_t(chunks * cols)) : nullptr;
-    if (part) std::fill(part, part + chunks * cols, 0.0);
     parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
-      for (int64_t k = kb; k < ke; ++k)
+      for (int64_t k = kb; k < ke; ++k) {
+        // each chunk zeroes its own partial sums, on its own thread and just before using them
+        if (part) std::fill(part + k * cols, part + (k + 1) * cols, 0.0);
         for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
           const int64_t off = r * cols;
           const double rs = double(pr[r]);
@@ -108,14 +109,21 @@ void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor
           backward_row(pdx ? pdx + off : nullptr, part ? part + k * cols : nullptr, pg + off, px + off, w, cols,
                        A(rs), A(b));
         }
+      }
     });
     if (!part) return;
     A* dw = dweight.data_ptr<A>();
-    parallel_for(0, cols, 256, [&](int64_t jb, int64_t je) {
-      for (int64_t j = jb; j < je; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + j];
-        dw[j] = A(s);
+    // per column the chunks add in order; columns side by side, so the adds vectorise
+    constexpr int64_t kBlock = 256;
+    parallel_for(0, cols, kBlock, [&](int64_t jb, int64_t je) {
+      for (int64_t j0 = jb; j0 < je; j0 += kBlock) {
+        double sums[kBlock] = {};
+        const int64_t width = std::min(kBlock, je - j0);
+        for (int64_t k = 0; k < chunks; ++k) {
+          const double* pk = part + k * cols + j0;
+          for (int64_t j = 0; j < width; ++j) sums[j] += pk[j];
+        }
+        for (int64_t j = 0; j < width; ++j) dw[j0 + j] = A(sums[j]);
       }
     });
   });
