@@ -42,7 +42,10 @@ void channel_pair_sums(double* out_a, double* out_b, const T* v, const T* w, con
     const int64_t planes = g.n * g.c;
     auto* plane_sums = cpu::thread_scratch<nl::Sums2>(0, size_t(planes));
     parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
-      for (int64_t p = pb; p < pe; ++p) plane_sums[p] = nl::run_pair_sums(v + p * g.s, w + p * g.s, g.s);
+      int64_t p = pb;
+      if constexpr (std::is_same_v<T, float>)  // two planes at a time: independent add chains
+        for (; p + 2 <= pe; p += 2) nl::adjacent_pair_sums<2, true>(v + p * g.s, w + p * g.s, g.s, plane_sums + p);
+      for (; p < pe; ++p) plane_sums[p] = nl::run_pair_sums(v + p * g.s, w + p * g.s, g.s);
     });
     const int64_t per_chunk = std::max<int64_t>(1, kTaskElements / g.s);
     for (int64_t c = 0; c < g.c; ++c) {

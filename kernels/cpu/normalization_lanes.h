@@ -104,6 +104,38 @@ inline Sums2 pair_sums(int64_t n, const V& v, const W& w) {
   return {hsum(s0 + s1), hsum(p0 + p1)};
 }
 
+// pair_sums of kRuns runs side by side: v(r, i) and w(r, i) give run r's lanes. Each run's
+// adds keep pair_sums' order (the same bits); the runs' independent chains hide the adds'
+// latency, which bounds a single run. kWithA false leaves the plain sums out (a = 0).
+template <int kRuns, bool kWithA, typename V, typename W>
+inline void pair_sums_side_by_side(int64_t n, const V& v, const W& w, Sums2* out) {
+  d4 s0[kRuns] = {}, s1[kRuns] = {}, p0[kRuns] = {}, p1[kRuns] = {};
+  for (int64_t i = 0; i < n; i += kLanes)
+    for (int r = 0; r < kRuns; ++r) {
+      const f8 a = v(r, i), b = w(r, i);
+      const d4 alo = low_half(a), ahi = high_half(a);
+      if constexpr (kWithA) {
+        s0[r] += alo;
+        s1[r] += ahi;
+      }
+      p0[r] += alo * low_half(b);
+      p1[r] += ahi * high_half(b);
+    }
+  for (int r = 0; r < kRuns; ++r) out[r] = {kWithA ? hsum(s0[r] + s1[r]) : 0.0, hsum(p0[r] + p1[r])};
+}
+
+// run_pair_sums of kRuns adjacent f32 runs of n elements (v + r n and w + r n).
+template <int kRuns, bool kWithA>
+inline void adjacent_pair_sums(const float* v, const float* w, int64_t n, Sums2* out) {
+  if (v == w) {
+    const auto lanes = [&](int r, int64_t i) { return load_for_sum(v + r * n, i, n); };
+    pair_sums_side_by_side<kRuns, kWithA>(n, lanes, lanes, out);
+  } else {
+    pair_sums_side_by_side<kRuns, kWithA>(n, [&](int r, int64_t i) { return load_for_sum(v + r * n, i, n); },
+                                          [&](int r, int64_t i) { return load_for_sum(w + r * n, i, n); }, out);
+  }
+}
+
 // {sum v, sum v * w} over one run.
 template <typename T>
 inline Sums2 run_pair_sums(const T* v, const T* w, int64_t n) {
