@@ -2,19 +2,23 @@
 // running-statistics update, the per-channel affine map and the backward pair.
 //
 // A contiguous [n, c, s] input is walked in one of two ways. Planes of s >= kPlaneMin elements
-// are runs of one channel: the sums split each channel into fixed chunks of planes (so a few
-// channels still fill the threads), and the maps take plane by plane. Shorter planes ([N, C]
+// are runs of one channel: the sums take each plane's sums in memory order, then add them per
+// channel in fixed chunks of planes, and the maps take plane by plane. Shorter planes ([N, C]
 // inputs, small feature maps) are walked row by row ([c * s] contiguous elements), each chunk
 // of rows adding into its own column partials and the maps reading per-element coefficients.
 // Chunks have a fixed size and are added in order, so results do not depend on the thread
 // count. Sums are accumulated in double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#if defined(__AVX2__) && defined(__FMA__)
+#include "kernels/cpu/batch_norm_planes.h"
+#endif
 #include "kernels/cpu/normalization_lanes.h"
 #include "kernels/cpu/scratch.h"
 
@@ -32,25 +36,30 @@ constexpr int64_t kMaxRowChunks = 64;     // bounds the column partials of the r
 template <typename T>
 void channel_pair_sums(double* out_a, double* out_b, const T* v, const T* w, const ChannelGeometry& g) {
   if (g.s >= kPlaneMin) {
+    // Each plane's sums first, walking planes in memory order (per channel the planes are a
+    // whole image apart, too far for the prefetcher); then per channel, fixed chunks of planes
+    // added in order and the chunks added in order.
+    const int64_t planes = g.n * g.c;
+    auto* plane_sums = cpu::thread_scratch<nl::Sums2>(0, size_t(planes));
+    parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
+      int64_t p = pb;
+      if constexpr (std::is_same_v<T, float>)  // two planes at a time: independent add chains
+        for (; p + 2 <= pe; p += 2) nl::adjacent_pair_sums<2, true>(v + p * g.s, w + p * g.s, g.s, plane_sums + p);
+      for (; p < pe; ++p) plane_sums[p] = nl::run_pair_sums(v + p * g.s, w + p * g.s, g.s);
+    });
     const int64_t per_chunk = std::max<int64_t>(1, kTaskElements / g.s);
-    const int64_t chunks = (g.n + per_chunk - 1) / per_chunk;
-    auto* part = cpu::thread_scratch<nl::Sums2>(0, size_t(g.c * chunks));
-    parallel_for(0, g.c * chunks, 1, [&](int64_t tb, int64_t te) {
-      for (int64_t t = tb; t < te; ++t) {
-        const int64_t c = t / chunks, k = t % chunks;
+    for (int64_t c = 0; c < g.c; ++c) {
+      double a = 0, b = 0;
+      for (int64_t k = 0; k * per_chunk < g.n; ++k) {
         nl::Sums2 acc;
         for (int64_t i = k * per_chunk; i < std::min(g.n, (k + 1) * per_chunk); ++i) {
-          const int64_t off = (i * g.c + c) * g.s;
-          const nl::Sums2 r = nl::run_pair_sums(v + off, w + off, g.s);
+          const nl::Sums2& r = plane_sums[i * g.c + c];
           acc.a += r.a;
           acc.b += r.b;
         }
-        part[t] = acc;
+        a += acc.a;
+        b += acc.b;
       }
-    });
-    for (int64_t c = 0; c < g.c; ++c) {
-      double a = 0, b = 0;
-      for (int64_t k = 0; k < chunks; ++k) a += part[c * chunks + k].a, b += part[c * chunks + k].b;
       out_a[c] = a;
       out_b[c] = b;
     }
@@ -87,6 +96,13 @@ void channel_map(T* out, const T* p, const T* q, const A* a, const A* b, const A
   if (g.s >= kPlaneMin) {
     const int64_t planes = g.n * g.c;
     parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
+#if defined(__AVX2__) && defined(__FMA__)
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
+        if (q) cpu::batch_norm_planes::map_planes<true>(out, p, q, pb, pe, g.s, g.c, a, b, d);
+        else cpu::batch_norm_planes::map_planes<false>(out, p, nullptr, pb, pe, g.s, g.c, a, nullptr, d);
+        return;
+      }
+#endif
       for (int64_t i = pb; i < pe; ++i) {
         const int64_t c = i % g.c, off = i * g.s;
         if (q) nl::combine(out + off, p + off, q + off, g.s, a[c], b[c], d[c]);

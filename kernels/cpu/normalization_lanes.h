@@ -6,6 +6,7 @@
 // Also what those kernels share on the host side (optional operands).
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -30,8 +31,19 @@ struct Sums2 {
   double a = 0, b = 0;
 };
 
+// Widening halves: spelled as one vcvtps2pd each, which the generic convert left as two
+// 128-bit converts and an insert (the sums' bottleneck).
+#if defined(__AVX__)
+inline d4 low_half(f8 v) {
+  return std::bit_cast<d4>(_mm256_cvtps_pd(_mm256_castps256_ps128(std::bit_cast<__m256>(v))));
+}
+inline d4 high_half(f8 v) {
+  return std::bit_cast<d4>(_mm256_cvtps_pd(_mm256_extractf128_ps(std::bit_cast<__m256>(v), 1)));
+}
+#else
 inline d4 low_half(f8 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), d4); }
 inline d4 high_half(f8 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), d4); }
+#endif
 inline double hsum(d4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 
 // 8 elements from i (fewer at the tail, the rest zero) as float lanes.
@@ -43,6 +55,23 @@ template <typename T>
 inline void store(T* p, int64_t i, int64_t n, f8 v) {
   if (i + kLanes <= n) vec8::store8(p + i, v);
   else vec8::store_part(p + i, v, n - i);
+}
+
+// load() for the sums: f32 tails as one masked load (batch norm's 14x14 planes end in a tail
+// every 25 vectors). Only for sums, whose bits cannot change with the code's shape: the maps'
+// float expressions are left exactly as they are compiled today.
+#if defined(__AVX2__)
+inline __m256i tail_mask(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+template <typename T>
+inline f8 load_for_sum(const T* p, int64_t i, int64_t n) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>)
+    if (i + kLanes > n) return std::bit_cast<f8>(_mm256_maskload_ps(p + i, tail_mask(n - i)));
+#endif
+  return load(p, i, n);
 }
 
 // dst[k] += v[k] for k < count (<= 8), in double.
@@ -75,6 +104,38 @@ inline Sums2 pair_sums(int64_t n, const V& v, const W& w) {
   return {hsum(s0 + s1), hsum(p0 + p1)};
 }
 
+// pair_sums of kRuns runs side by side: v(r, i) and w(r, i) give run r's lanes. Each run's
+// adds keep pair_sums' order (the same bits); the runs' independent chains hide the adds'
+// latency, which bounds a single run. kWithA false leaves the plain sums out (a = 0).
+template <int kRuns, bool kWithA, typename V, typename W>
+inline void pair_sums_side_by_side(int64_t n, const V& v, const W& w, Sums2* out) {
+  d4 s0[kRuns] = {}, s1[kRuns] = {}, p0[kRuns] = {}, p1[kRuns] = {};
+  for (int64_t i = 0; i < n; i += kLanes)
+    for (int r = 0; r < kRuns; ++r) {
+      const f8 a = v(r, i), b = w(r, i);
+      const d4 alo = low_half(a), ahi = high_half(a);
+      if constexpr (kWithA) {
+        s0[r] += alo;
+        s1[r] += ahi;
+      }
+      p0[r] += alo * low_half(b);
+      p1[r] += ahi * high_half(b);
+    }
+  for (int r = 0; r < kRuns; ++r) out[r] = {kWithA ? hsum(s0[r] + s1[r]) : 0.0, hsum(p0[r] + p1[r])};
+}
+
+// run_pair_sums of kRuns adjacent f32 runs of n elements (v + r n and w + r n).
+template <int kRuns, bool kWithA>
+inline void adjacent_pair_sums(const float* v, const float* w, int64_t n, Sums2* out) {
+  if (v == w) {
+    const auto lanes = [&](int r, int64_t i) { return load_for_sum(v + r * n, i, n); };
+    pair_sums_side_by_side<kRuns, kWithA>(n, lanes, lanes, out);
+  } else {
+    pair_sums_side_by_side<kRuns, kWithA>(n, [&](int r, int64_t i) { return load_for_sum(v + r * n, i, n); },
+                                          [&](int r, int64_t i) { return load_for_sum(w + r * n, i, n); }, out);
+  }
+}
+
 // {sum v, sum v * w} over one run.
 template <typename T>
 inline Sums2 run_pair_sums(const T* v, const T* w, int64_t n) {
@@ -86,7 +147,12 @@ inline Sums2 run_pair_sums(const T* v, const T* w, int64_t n) {
     for (; i < n; ++i) s[0] += v[i], q[0] += v[i] * w[i];
     return {(s[0] + s[1]) + (s[2] + s[3]), (q[0] + q[1]) + (q[2] + q[3])};
   } else {
-    return pair_sums(n, [&](int64_t i) { return load(v, i, n); }, [&](int64_t i) { return load(w, i, n); });
+    if (v == w) {  // sum and sum of squares: one load and one widening per element
+      const auto lanes = [&](int64_t i) { return load_for_sum(v, i, n); };
+      return pair_sums(n, lanes, lanes);
+    }
+    return pair_sums(n, [&](int64_t i) { return load_for_sum(v, i, n); },
+                     [&](int64_t i) { return load_for_sum(w, i, n); });
   }
 }
 

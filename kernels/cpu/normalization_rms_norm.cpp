@@ -24,6 +24,7 @@ using nl::kLanes;
 
 constexpr int64_t kTaskElements = 16384;
 constexpr int64_t kRowsPerChunk = 32;
+constexpr int kSideBySide = 4;  // f32 rows whose sums run side by side (independent add chains)
 
 void rms_norm_cpu(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight, int64_t rows,
                   int64_t cols, double eps) {
@@ -34,14 +35,20 @@ void rms_norm_cpu(const Tensor& y, const Tensor& rstd, const Tensor& x, const Te
     T* py = y.data_ptr<T>();
     A* pr = rstd.data_ptr<A>();
     const A* w = nl::data_or_null<A>(weight);
+    const auto finish_row = [&](int64_t r, double ss) {
+      const A rs = A(1.0 / std::sqrt(ss / double(cols) + eps));
+      pr[r] = rs;
+      nl::scale_weighted(py + r * cols, px + r * cols, cols, rs, w);
+    };
     parallel_for(0, rows, std::max<int64_t>(1, kTaskElements / cols), [&](int64_t rb, int64_t re) {
-      for (int64_t r = rb; r < re; ++r) {
-        const T* xr = px + r * cols;
-        const double ss = nl::run_pair_sums(xr, xr, cols).b;
-        const A rs = A(1.0 / std::sqrt(ss / double(cols) + eps));
-        pr[r] = rs;
-        nl::scale_weighted(py + r * cols, xr, cols, rs, w);
-      }
+      int64_t r = rb;
+      if constexpr (std::is_same_v<T, float>)
+        for (; r + kSideBySide <= re; r += kSideBySide) {
+          nl::Sums2 ss[kSideBySide];
+          nl::adjacent_pair_sums<kSideBySide, false>(px + r * cols, px + r * cols, cols, ss);
+          for (int k = 0; k < kSideBySide; ++k) finish_row(r + k, ss[k].b);
+        }
+      for (; r < re; ++r) finish_row(r, nl::run_pair_sums(px + r * cols, px + r * cols, cols).b);
     });
   });
 }
@@ -66,6 +73,18 @@ double row_dot(const T* dy, const T* x, const A* w, int64_t n) {
                [&](int64_t i) { return nl::load(x, i, n); })
         .b;
   }
+}
+
+// row_dot of kRuns adjacent f32 rows side by side (each row's adds in row_dot's order).
+template <int kRuns>
+void row_dots(const float* dy, const float* x, const float* w, int64_t n, nl::Sums2* out) {
+  nl::pair_sums_side_by_side<kRuns, false>(
+      n,
+      [&](int r, int64_t i) {
+        const f8 v = nl::load(dy + r * n, i, n);
+        return w ? v * nl::load(w, i, n) : v;
+      },
+      [&](int r, int64_t i) { return nl::load(x + r * n, i, n); }, out);
 }
 
 // dx = dy * w * a + x * b; dw_part[j] += dy * x * a (either output may be null).
@@ -97,25 +116,43 @@ void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor
     const A* w = nl::data_or_null<A>(weight);
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     double* part = dweight.defined() ? cpu::thread_scratch<double>(0, size_t(chunks * cols)) : nullptr;
-    if (part) std::fill(part, part + chunks * cols, 0.0);
     parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
-      for (int64_t k = kb; k < ke; ++k)
-        for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
+      for (int64_t k = kb; k < ke; ++k) {
+        // each chunk zeroes its own partial sums, on its own thread and just before using them
+        if (part) std::fill(part + k * cols, part + (k + 1) * cols, 0.0);
+        const auto finish_row = [&](int64_t r, double dot) {
           const int64_t off = r * cols;
           const double rs = double(pr[r]);
           // b = -rs^2 mean(dy w xhat) = -rs^3 sum(dy w x) / cols
-          const double b = pdx ? -rs * rs * rs * row_dot(pg + off, px + off, w, cols) / double(cols) : 0.0;
+          const double b = pdx ? -rs * rs * rs * dot / double(cols) : 0.0;
           backward_row(pdx ? pdx + off : nullptr, part ? part + k * cols : nullptr, pg + off, px + off, w, cols,
                        A(rs), A(b));
-        }
+        };
+        const int64_t end = std::min(rows, (k + 1) * kRowsPerChunk);
+        int64_t r = k * kRowsPerChunk;
+        if constexpr (std::is_same_v<T, float>)
+          if (pdx)
+            for (; r + kSideBySide <= end; r += kSideBySide) {
+              nl::Sums2 dots[kSideBySide];
+              row_dots<kSideBySide>(pg + r * cols, px + r * cols, w, cols, dots);
+              for (int j = 0; j < kSideBySide; ++j) finish_row(r + j, dots[j].b);
+            }
+        for (; r < end; ++r) finish_row(r, pdx ? row_dot(pg + r * cols, px + r * cols, w, cols) : 0.0);
+      }
     });
     if (!part) return;
     A* dw = dweight.data_ptr<A>();
-    parallel_for(0, cols, 256, [&](int64_t jb, int64_t je) {
-      for (int64_t j = jb; j < je; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + j];
-        dw[j] = A(s);
+    // per column the chunks add in order; columns side by side, so the adds vectorise
+    constexpr int64_t kBlock = 256;
+    parallel_for(0, cols, kBlock, [&](int64_t jb, int64_t je) {
+      for (int64_t j0 = jb; j0 < je; j0 += kBlock) {
+        double sums[kBlock] = {};
+        const int64_t width = std::min(kBlock, je - j0);
+        for (int64_t k = 0; k < chunks; ++k) {
+          const double* pk = part + k * cols + j0;
+          for (int64_t j = 0; j < width; ++j) sums[j] += pk[j];
+        }
+        for (int64_t j = 0; j < width; ++j) dw[j0 + j] = A(sums[j]);
       }
     });
   });

@@ -59,8 +59,10 @@ std::string describe(const Shape& shape, DType dt, bool non_contiguous, bool tra
          (training ? " training" : " eval");
 }
 
-// Shapes that take the plane walk (s >= 32) and the row walk (s < 32), C = 1, spatial size 1.
-const Shape kFixedShapes[] = {{64, 3, 40}, {50, 7}, {2, 3, 5, 7}, {9, 1, 4}, {6, 4, 1, 1}, {3, 2, 1}, {2, 5, 8, 8}};
+// Shapes that take the plane walk (s >= 32; planes of 37 and 7x7 elements end mid-vector) and
+// the row walk (s < 32), C = 1, spatial size 1.
+const Shape kFixedShapes[] = {{64, 3, 40}, {50, 7},      {2, 3, 5, 7}, {9, 1, 4}, {6, 4, 1, 1},
+                              {3, 2, 1},   {2, 5, 8, 8}, {5, 3, 37},   {3, 4, 7, 7}};
 
 }  // namespace
 
@@ -173,7 +175,7 @@ TEST(BatchNorm, Gradcheck) {
 }
 
 TEST(BatchNorm, ResultsDoNotDependOnTheThreadCount) {
-  for (const Shape& shape : {Shape{64, 3, 40}, Shape{300, 7}}) {
+  for (const Shape& shape : {Shape{64, 3, 40}, Shape{300, 7}, Shape{160, 5, 7, 7}}) {
     Tensor x = random_tensor(shape, DType::f32);
     Tensor g = random_tensor(shape, DType::f32);
     const auto [one, two] = ember::testing::with_one_and_two_threads([&] {

@@ -64,8 +64,9 @@ TEST(RmsNorm, BackwardMatchesReference) {
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     for (int trial = 0; trial < 20; ++trial) {
       const int ndim = int(uniform_int(1, 3));
-      const Shape shape = trial == 0 ? Shape{70, 40} : random_shape(ndim, 6);
-      const int64_t k = trial == 0 ? 1 : uniform_int(1, ndim);
+      // trial 2 (with weight): rows wider than one 256-column block of the dweight sum
+      const Shape shape = trial == 0 ? Shape{70, 40} : trial == 2 ? Shape{40, 600} : random_shape(ndim, 6);
+      const int64_t k = trial == 0 || trial == 2 ? 1 : uniform_int(1, ndim);
       const Shape ns = trailing(shape, k);
       const bool affine = trial % 4 != 1;
       SCOPED_TRACE("shape " + shape_str(shape) + " normalized " + shape_str(ns) + " " + dtype_name(dt));
