@@ -16,17 +16,13 @@
 #include <algorithm>
 
 #include "core/parallel.h"
+#include "kernels/cpu/pool_plane_grain.h"
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu {
 namespace {
 
 using vec8::f8;
-
-// Planes per task: enough elements that a task outweighs handing it to a thread.
-int64_t plane_grain(const native::Pool2dGeometry& g) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.in_h * g.in_w + g.out_h * g.out_w));
-}
 
 // Outputs [ow, ow + 8) of the row pair r0, r1.
 EMBER_LANES_INLINE void forward_step(float* o, const float* r0, const float* r1, int64_t ow) {
@@ -100,14 +96,14 @@ bool is_plain_avg_2x2(const native::Pool2dGeometry& g) {
 
 void avg_pool_2x2_forward(float* out, const float* x, const native::Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) forward_plane(out + p * out_plane, x + p * in_plane, g);
   });
 }
 
 void avg_pool_2x2_backward(float* grad_in, const float* grad_out, const native::Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) backward_plane(grad_in + p * in_plane, grad_out + p * out_plane, g);
   });
 }

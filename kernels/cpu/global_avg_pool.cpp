@@ -11,17 +11,13 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/pool_plane_grain.h"
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu {
 namespace {
 
 using vec8::f8;
-
-// Planes per task: enough elements that a task outweighs handing it to a thread.
-int64_t plane_grain(const native::Pool2dGeometry& g) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.in_h * g.in_w + 1));
-}
 
 // Eight floats at p, or the n (< 8) before `end` when eight would read past it.
 EMBER_LANES_INLINE f8 load_within(const float* p, const float* end) {
@@ -41,7 +37,7 @@ void global_avg_pool_forward(float* out, const float* x, const native::Pool2dGeo
   const int64_t h = g.in_h, w = g.in_w, in_plane = h * w;
   const float count = float(in_plane);
   const float* x_end = x + g.planes * in_plane;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<float> column_sums(size_t(w + vec8::kLanes));
     float* cs = column_sums.data();
     for (int64_t p = begin; p < end; ++p) {
@@ -61,7 +57,7 @@ void global_avg_pool_forward(float* out, const float* x, const native::Pool2dGeo
 void global_avg_pool_backward(float* grad_in, const float* grad_out, const native::Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w;
   const float count = float(in_plane);
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float share = 0.0f + grad_out[p] / count;
       std::fill(grad_in + p * in_plane, grad_in + (p + 1) * in_plane, share);

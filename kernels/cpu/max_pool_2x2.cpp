@@ -29,6 +29,7 @@
 #endif
 
 #include "core/parallel.h"
+#include "kernels/cpu/pool_plane_grain.h"
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu {
@@ -37,11 +38,6 @@ namespace {
 using vec8::f8;
 using vec8::i8;
 using i64x4 = int64_t __attribute__((vector_size(32)));
-
-// Planes per task: enough elements that a task outweighs handing it to a thread.
-int64_t plane_grain(const native::Pool2dGeometry& g) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.in_h * g.in_w + g.out_h * g.out_w));
-}
 
 i8 splat(int32_t v) { return i8{} + v; }
 
@@ -169,7 +165,7 @@ bool is_plain_2x2(const native::Pool2dGeometry& g) {
 
 void max_pool_2x2_forward(float* out, int64_t* indices, const float* x, const native::Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w, w = g.in_w, ow_n = g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         const int64_t base = 2 * oh * w;
@@ -191,7 +187,7 @@ void max_pool_2x2_forward(float* out, int64_t* indices, const float* x, const na
 void max_pool_2x2_backward(float* grad_in, const float* grad_out, const int64_t* indices,
                            const native::Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       float* gi = grad_in + p * in_plane;
       const float* go = grad_out + p * out_plane;

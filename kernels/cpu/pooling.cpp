@@ -21,21 +21,18 @@
 #include "kernels/cpu/avg_pool_2x2.h"
 #include "kernels/cpu/global_avg_pool.h"
 #include "kernels/cpu/max_pool_2x2.h"
+#include "kernels/cpu/pool_plane_grain.h"
 #include "kernels/shared/pooling_window.h"
 
 namespace ember {
 namespace {
 
+using cpu::pool_plane_grain;
 using kernels::avg_window;
 using kernels::pool_dim_h;
 using kernels::pool_dim_w;
 using kernels::PoolDim;
 using native::Pool2dGeometry;
-
-// Planes per task: enough elements that a task outweighs handing it to a thread.
-int64_t plane_grain(const Pool2dGeometry& g) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.in_h * g.in_w + g.out_h * g.out_w));
-}
 
 // The outputs o of dim `d` whose input o * stride + offset lies in [0, in).
 std::pair<int64_t, int64_t> outputs_inside(const PoolDim& d, int64_t offset) {
@@ -70,7 +67,7 @@ void max_pool_planes(T* out, int64_t* indices, const T* x, const Pool2dGeometry&
   for (int64_t kw = 0; kw < g.kernel_w; ++kw) inside[size_t(kw)] = outputs_inside(dw, kw * g.dilation_w - g.pad_w);
   std::vector<int64_t> first_col(static_cast<size_t>(g.out_w));
   for (int64_t ow = 0; ow < g.out_w; ++ow) first_col[size_t(ow)] = kernels::max_window_first(dw, ow);
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<A> best(size_t(g.out_w));
     std::vector<int64_t> arg(size_t(g.out_w));
     for (int64_t p = begin; p < end; ++p) {
@@ -108,7 +105,7 @@ void accumulate_planes(T* grad_in, const Pool2dGeometry& g, const F& fn) {
   using A = acc_t<T>;
   constexpr bool in_place = std::is_same_v<A, T>;
   const int64_t in_plane = g.in_h * g.in_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer(in_place ? 0 : static_cast<size_t>(in_plane)), row(static_cast<size_t>(g.in_w));
     for (int64_t p = begin; p < end; ++p) {
       T* gi = grad_in + p * in_plane;
@@ -148,7 +145,7 @@ void avg_pool_planes(T* out, const T* x, const Pool2dGeometry& g) {
   using A = acc_t<T>;
   const auto rows = avg_windows(pool_dim_h(g), g), cols = avg_windows(pool_dim_w(g), g);
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+  parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<A> column_sums(size_t(g.in_w));
     A* cs = column_sums.data();
     for (int64_t p = begin; p < end; ++p) {
@@ -202,7 +199,7 @@ void avg_pool_backward_planes(T* grad_in, const T* grad_out, const Pool2dGeometr
     // each row of grad_in is its window's spread row, or zero: 0 + spread in the general
     // order below, which is spread itself (spread starts from +0, so it is never -0)
     const int64_t in_plane = g.in_h * g.in_w;
-    parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    parallel_for(0, g.planes, pool_plane_grain(g), [&](int64_t begin, int64_t end) {
       std::vector<A> spread(static_cast<size_t>(g.in_w));
       for (int64_t p = begin; p < end; ++p) {
         T* gi = grad_in + p * in_plane;
