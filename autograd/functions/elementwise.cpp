@@ -16,6 +16,7 @@
 #include "core/ops.h"
 
 namespace ember {
+using autograd::sum_to_shape;
 using autograd::Tensors;
 using native::BinaryOp;
 using native::CompareOp;
@@ -34,18 +35,7 @@ struct InputMeta {
 };
 
 // Sums `g` over the dims that broadcasting added or expanded, giving a tensor of `in.shape`.
-Tensor sum_to(const Tensor& g, const InputMeta& in) {
-  Tensor r = g;
-  if (g.shape() != in.shape) {
-    const int64_t lead = g.dim() - int64_t(in.shape.size());
-    Shape dims;
-    for (int64_t i = 0; i < g.dim(); ++i)
-      if (i < lead || (in.shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
-    if (!dims.empty()) r = ember::sum(g, dims, /*keepdim=*/true);
-    r = r.reshape(in.shape);
-  }
-  return r.to(in.dtype);
-}
+Tensor sum_to(const Tensor& g, const InputMeta& in) { return sum_to_shape(g, in.shape).to(in.dtype); }
 
 // The gradient for one input, or none when it needs none.
 template <typename F>

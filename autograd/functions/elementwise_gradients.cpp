@@ -88,4 +88,14 @@ Tensor unary_grad(const char* node, UnaryOp op, const Tensor& grad_out, const Te
   return grad_in;
 }
 
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.dim() - int64_t(shape.size());
+  Shape dims;
+  for (int64_t i = 0; i < g.dim(); ++i)
+    if (i < lead || (shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
+  const Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  return s.reshape(shape);
+}
+
 }  // namespace ember::autograd

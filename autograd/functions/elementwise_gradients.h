@@ -18,4 +18,7 @@ bool second_derivative_is_zero(native::UnaryOp op, native::UnaryParams p);
 Tensor unary_grad(const char* node, native::UnaryOp op, const Tensor& grad_out, const Tensor& saved,
                   native::UnaryParams p = {});
 
+// g summed over the dims that broadcasting added or expanded to reach g's shape from `shape`.
+Tensor sum_to_shape(const Tensor& g, const Shape& shape);
+
 }  // namespace ember::autograd

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "autograd/functions/composed_gradient.h"
+#include "autograd/functions/elementwise_gradients.h"
 #include "autograd/functions/fused_gradients.h"
 #include "autograd/node.h"
 #include "core/autocast.h"

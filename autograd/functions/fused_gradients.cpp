@@ -34,16 +34,6 @@ Tensor masked_scores_gradient(const Tensor& g, const Tensor& probs, const Tensor
 
 }  // namespace
 
-Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
-  if (g.shape() == shape) return g;
-  const int64_t lead = g.dim() - int64_t(shape.size());
-  Shape dims;
-  for (int64_t i = 0; i < g.dim(); ++i)
-    if (i < lead || (shape[size_t(i - lead)] == 1 && g.shape()[size_t(i)] != 1)) dims.push_back(i);
-  const Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
-  return s.reshape(shape);
-}
-
 Tensors bias_gelu_gradients(const Tensor& g, const Tensor& x, const Tensor& bias, bool tanh_approx) {
   const Tensor u = add(x, bias);
   const Tensor dx = unary_grad("GeluBackward", tanh_approx ? native::UnaryOp::GeluTanh : native::UnaryOp::Gelu,

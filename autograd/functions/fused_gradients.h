@@ -10,9 +10,6 @@
 
 namespace ember::autograd {
 
-// g summed over the dims that broadcasting added or expanded to reach g's shape from `shape`.
-Tensor sum_to_shape(const Tensor& g, const Shape& shape);
-
 // y = gelu(x + bias), bias [C] added to every row: {dx, dbias}.
 Tensors bias_gelu_gradients(const Tensor& g, const Tensor& x, const Tensor& bias, bool tanh_approx);
 
