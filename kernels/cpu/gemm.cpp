@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -92,9 +93,11 @@ void onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
               " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
 }
 
-void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (f32_gemm_path_for(m, n, k) == F32GemmPath::Packed) {
+// path: chosen once for the whole product (f32_gemm_path_for), so that every band of it runs the
+// same kernel and the bits do not depend on the thread count.
+void gemm_serial(F32GemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (path == F32GemmPath::Packed) {
     packed_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, packed_kernel_for_this_cpu());
     return;
   }
@@ -105,7 +108,7 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   onednn_sgemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+void gemm_serial(F32GemmPath, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                  int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -129,37 +132,40 @@ void set_f32_gemm_path(std::optional<F32GemmPath> path) {
   forced_f32_path().set(path);
 }
 
-F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k) {
+F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a) {
   if (const auto forced = forced_f32_path().get()) return *forced;
-  // The AVX-512 micro-kernel has not been measured against oneDNN's AVX-512 sgemm yet.
-  if (packed_kernel_for_this_cpu() != PackedKernel::Avx2) return F32GemmPath::OneDnn;
-  return double(m) * double(n) * double(k) < kPackedMinWork ? F32GemmPath::OneDnn : F32GemmPath::Packed;
+  if (double(m) * double(n) * double(k) < kPackedMinWork) return F32GemmPath::OneDnn;
+  if (packed_kernel_for_this_cpu() == PackedKernel::Avx2) return F32GemmPath::Packed;
+  // On AVX-512 oneDNN's sgemm leads except on narrow products with a transposed A.
+  return trans_a && n <= kAvx512PackedMaxN ? F32GemmPath::Packed : F32GemmPath::OneDnn;
 }
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  const F32GemmPath path = std::is_same_v<T, float> ? f32_gemm_path_for(m, n, k, trans_a) : F32GemmPath::OneDnn;
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const T* ab, const T* bb, T* cb) {
-                  gemm_serial(trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+                  gemm_serial(path, trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
                 });
 }
 
 void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  // The same bands and per-band paths as gemm, so the bits are those of seeding C.
+  // The same bands and path as gemm, so the bits are those of seeding C.
+  const F32GemmPath path = f32_gemm_path_for(m, n, k, trans_a);
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const float* ab, const float* bb, float* cb) {
                   const float* bias_b = bias + (cb - c) % ldc;  // a column band starts (cb - c) columns in
-                  if (f32_gemm_path_for(mb, nb, k) == F32GemmPath::Packed) {
+                  if (path == F32GemmPath::Packed) {
                     packed_gemm_serial(trans_a, trans_b, mb, nb, k, 1.0f, ab, lda, bb, ldb, 0.0f, cb, ldc,
                                        packed_kernel_for_this_cpu(), bias_b);
                     return;
                   }
                   seed_rows_with_bias(mb, nb, bias_b, cb, ldc);
-                  gemm_serial(trans_a, trans_b, mb, nb, k, 1.0f, ab, lda, bb, ldb, 1.0f, cb, ldc);
+                  gemm_serial(path, trans_a, trans_b, mb, nb, k, 1.0f, ab, lda, bb, ldb, 1.0f, cb, ldc);
                 });
 }
 

@@ -20,10 +20,31 @@
 // falls to 38% on the weight gradient's transposed left operand; oneDNN stays ahead on small
 // products (its packing is cheaper there), such as attention's per-head ones.
 //
-// Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN, the
-// rest to the packed GEMM, on CPUs where the packed GEMM runs its AVX2 kernel (the one measured
-// above). Where it would run its AVX-512 kernel, oneDNN's AVX-512 sgemm keeps every product
-// until the two are measured side by side there (bench_matmul's packed/* rows).
+// On an Intel Xeon with AVX-512 (family 6 model 207, 2 cores, no AMX or AVX512-BF16 exposed;
+// measured FMA peak 178 GFLOP/s per core; bench_matmul's packed/ rows, one thread, medians of 3):
+//
+//   shape                                    oneDNN sgemm   packed (AVX-512 12x32)
+//   fc1        2048x256x1024    X W^T             165           149
+//   dX         2048x1024x256    dY W              168           150
+//   dW         1024x2048x256    dY^T X            123           146
+//   dW         256x2048x1024    dY^T X            151           136
+//   bert-base  2048x768x3072    X W^T             155           139
+//   bert-base  3072x2048x768    dY^T X            158           139
+//   bert-base  768x2048x3072    dY^T X            154           131
+//   decoder    2048x256x30522   X W^T             152           134
+//   decoder dX 2048x30522x256   dY W              147           134
+//   decoder dW 30522x2048x256   dY^T X            100           123
+//
+// There oneDNN's AVX-512 sgemm is 8-15% ahead on every shape but the weight gradients of a
+// 256-wide layer (A transposed, n = 256), where its transposed-A path drops to 100-123 and the
+// packed GEMM leads by 19-23%. (The packed kernel alone, its panels in cache, runs at 189
+// GFLOP/s; inside the GEMM it loses mostly to C's traffic beyond L2.)
+//
+// Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN. Above
+// it, the packed GEMM takes every product where it runs its AVX2 kernel, and where it runs its
+// AVX-512 kernel the products with a transposed A at most kAvx512PackedMaxN wide; oneDNN the rest.
+// cpu::gemm chooses once per product, before cutting it into bands, so the thread count does not
+// change the kernel.
 // EMBER_F32_GEMM=onednn|packed (or set_f32_gemm_path) forces one.
 #pragma once
 #include <cstdint>
@@ -35,11 +56,13 @@ enum class F32GemmPath { OneDnn = 0, Packed = 1 };
 
 // Below this many multiply-adds (a 128^3 product) oneDNN's sgemm is faster.
 inline constexpr double kPackedMinWork = 128.0 * 128.0 * 128.0;
+// The widest transposed-A product the AVX-512 kernel takes from oneDNN (measured above).
+inline constexpr int64_t kAvx512PackedMaxN = 256;
 
 const char* f32_gemm_path_name(F32GemmPath path);
-// The path an m x n x k product takes; an EMBER_F32_GEMM value other than onednn or packed is
-// an ember::Error naming it.
-F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k);
+// The path an m x n x k product takes (trans_a: A is stored k x m, as in a weight gradient); an
+// EMBER_F32_GEMM value other than onednn or packed is an ember::Error naming it.
+F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a);
 // Forces one path for every product (tests, benchmarks); std::nullopt restores the automatic choice.
 void set_f32_gemm_path(std::optional<F32GemmPath> path);
 

@@ -32,15 +32,21 @@ void expect_path_matches_f64(cpu::F32GemmPath path, int64_t m, int64_t k, int64_
 
 TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
   cpu::set_f32_gemm_path(std::nullopt);
-  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64), cpu::F32GemmPath::OneDnn);  // one attention head
-  // The packed GEMM takes large products where its measured (AVX2) kernel runs.
-  const cpu::F32GemmPath large = cpu::packed_kernel_for_this_cpu() == cpu::PackedKernel::Avx2
-                                     ? cpu::F32GemmPath::Packed
-                                     : cpu::F32GemmPath::OneDnn;
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), large);
-  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048), large);
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64, false), cpu::F32GemmPath::OneDnn);  // one attention head
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64, true), cpu::F32GemmPath::OneDnn);
+  // Large products: the packed GEMM where its AVX2 kernel runs; where its AVX-512 kernel runs,
+  // only the narrow ones with a transposed A (weight gradients of 256-wide layers), as measured.
+  const bool avx2 = cpu::packed_kernel_for_this_cpu() == cpu::PackedKernel::Avx2;
+  const cpu::F32GemmPath avx2_only = avx2 ? cpu::F32GemmPath::Packed : cpu::F32GemmPath::OneDnn;
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 30522, 256, false), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(256, 1024, 2048, true), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(3072, 768, 2048, true), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true), cpu::F32GemmPath::Packed);
+  EXPECT_EQ(cpu::f32_gemm_path_for(1024, 256, 2048, true), cpu::F32GemmPath::Packed);
   ForcedF32Path forced(cpu::F32GemmPath::OneDnn);
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256), cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true), cpu::F32GemmPath::OneDnn);
 }
 
 TEST(F32GemmPath, BothPathsMatchAnF64ProductAtTrainingShapes) {
