@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/factory.h"
+#include "core/grad_mode.h"
 #include "core/native/copy.h"
 #include "core/native/indexing.h"
 #include "core/native/nn_functional.h"
@@ -141,6 +142,34 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   return r.loss;
 }
 
+namespace {
+
+// The logits as a function of x, weight and bias, for linear_cross_entropy's composed gradients:
+// linear recomputed from them with their history; when x and weight were not kept (only the bias
+// gets a gradient, they are constants) the saved logits with the bias's history alone.
+Tensor linear_logits_with_history(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& saved_logits, int64_t rows, int64_t out_features) {
+  if (x.defined()) return linear(x, weight, bias).reshape({rows, out_features});
+  const Tensor logits = saved_logits.reshape({rows, out_features});
+  if (!bias.defined()) return logits;
+  return autograd::with_history_of("LinearCrossEntropyLogitsBackward", logits, bias.expand({rows, out_features}));
+}
+
+struct WantedGradients {
+  bool x, weight, bias;
+};
+
+// The gradients of x, weight and bias from the logits' [rows, out] gradient, by differentiable ops.
+Tensors linear_cross_entropy_gradients(const Tensor& grad_logits, const Tensor& x, const Tensor& weight,
+                                       const Shape& x_shape, WantedGradients want) {
+  const int64_t rows = grad_logits.size(0);
+  return {want.x ? matmul(grad_logits, weight).reshape(x_shape) : Tensor(),
+          want.weight ? matmul(grad_logits.transpose(0, 1), x.reshape({rows, weight.size(1)})) : Tensor(),
+          want.bias ? sum(grad_logits, {0}) : Tensor()};
+}
+
+}  // namespace
+
 std::pair<Tensor, Tensor> linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                                                const Tensor& target, int64_t ignore_index, double label_smoothing,
                                                Reduction reduction) {
@@ -166,16 +195,29 @@ std::pair<Tensor, Tensor> linear_cross_entropy(const Tensor& x_in, const Tensor&
   native::CrossEntropyResult stats;
   stats.lse = r.lse.detach();
   stats.count = r.count;
+  // The first-order formula reads the weight for x's gradient and x for the weight's. The
+  // composed one (under create_graph) recomputes the logits from x, weight and bias with their
+  // history, so the node keeps both whenever either gets a gradient (x is usually alive anyway,
+  // the weight always); a gradient for the bias alone needs neither.
+  const bool keep_x_and_weight = want_x || want_w;
   // The loss's own node: from the loss straight to x, weight and bias, without the logits.
   autograd::record(
       "LinearCrossEntropyBackward", {x, weight, bias}, {r.loss},
       [stats, saved_logits = autograd::save(r.logits), saved_target = autograd::save(r.target),
-       sx = autograd::save(want_w ? x : Tensor()), sw = autograd::save(want_x ? weight : Tensor()),
+       sx = autograd::save_with_history(keep_x_and_weight ? x : Tensor()),
+       sw = autograd::save_with_history(keep_x_and_weight ? weight : Tensor()), sb = autograd::save_with_history(bias),
        bias_dtype = bias.defined() ? bias.dtype() : DType::f32, x_shape = x.shape(), rows, in, out_features, args,
        want_x, want_w, want_bias](const Tensors& g) -> Tensors {
         native::CrossEntropyResult saved = stats;
         saved.logits = saved_logits.unpack();
         saved.target = saved_target.unpack();
+        // Under create_graph (grad mode) the composed formula reads x, weight and bias with their
+        // history. An ordinary backward unpacks, and so checks for in-place changes, only what
+        // the fused values below read (without history).
+        const bool composing = GradMode::is_enabled();
+        const Tensor xh = want_w || composing ? sx.unpack() : Tensor(),
+                     wh = want_x || composing ? sw.unpack() : Tensor(), bh = composing ? sb.unpack() : Tensor();
+        const Tensor xv = xh.defined() ? xh.detach() : xh, wv = wh.defined() ? wh.detach() : wh;
         // Ignored rows have a zero gradient. When they are most rows (masked-LM losses score
         // about 15%), both products run over the scored rows only: the gradient of x is zero
         // elsewhere, and the weight gradient's zero terms are dropped.
@@ -191,19 +233,25 @@ std::pair<Tensor, Tensor> linear_cross_entropy(const Tensor& x_in, const Tensor&
         }
         Tensor gx, gw;
         if (scored.defined()) {
-          if (want_x) {
-            const Tensor w = sw.unpack();
-            gx = native::index_add(zeros({rows, in}, {w.dtype(), w.device()}), 0, scored, matmul(grad_logits, w))
+          if (want_x)
+            gx = native::index_add(zeros({rows, in}, {wv.dtype(), wv.device()}), 0, scored, matmul(grad_logits, wv))
                      .reshape(x_shape);
-          }
           if (want_w)
-            gw = matmul(grad_logits.transpose(0, 1), native::index_select(sx.unpack().reshape({rows, in}), 0, scored));
+            gw = matmul(grad_logits.transpose(0, 1), native::index_select(xv.reshape({rows, in}), 0, scored));
         } else {
-          if (want_x) gx = matmul(grad_logits, sw.unpack()).reshape(x_shape);
-          if (want_w) gw = matmul(grad_logits.transpose(0, 1), sx.unpack().reshape({rows, in}));
+          if (want_x) gx = matmul(grad_logits, wv).reshape(x_shape);
+          if (want_w) gw = matmul(grad_logits.transpose(0, 1), xv.reshape({rows, in}));
         }
-        return {gx, gw, gb};
-      });
+        return autograd::with_composed_history("LinearCrossEntropyGradBackward", {gx, gw, gb}, {g[0], xh, wh, bh},
+                                               [&] {
+                                                 const Tensor logits_h = linear_logits_with_history(
+                                                     xh, wh, bh, saved.logits, rows, out_features);
+                                                 return linear_cross_entropy_gradients(
+                                                     autograd::cross_entropy_grad(g[0], logits_h, saved, args), xh, wh,
+                                                     x_shape, {want_x, want_w, want_bias});
+                                               });
+      },
+      autograd::Backward::differentiable);
   return {logits, r.loss};
 }
 

@@ -1,9 +1,14 @@
 // autograd::grad: gradients returned rather than accumulated, for leaves and non-leaves;
 // create_graph through a formula that is first-order only fails on the second backward,
 // naming the node; the argument errors.
+#include <cmath>
+#include <memory>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "distributed/hash_store.h"
+#include "distributed/process_group.h"
+#include "distributed/sync_batch_norm.h"
 #include "same_bits.h"
 #include "test_util.h"
 
@@ -30,18 +35,37 @@ TEST(AutogradGrad, AnInputTheGradientDoesNotReachGetsAnUndefinedTensor) {
   EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{3.0, 3.0}));
 }
 
-// linear_cross_entropy's backward on the CPU is a fused kernel on its inputs without history: its
-// gradient may not be differentiated again, and saying so beats a second derivative that
-// silently misses terms.
+// sync_batch_norm's backward is native kernels on its inputs without history: its gradient may
+// not be differentiated again, and saying so beats a second derivative that silently misses
+// terms.
 TEST(AutogradGrad, SecondBackwardThroughAFirstOrderFormulaNamesIt) {
+  const auto one_rank = distributed::new_process_group(std::make_shared<distributed::HashStore>(), 0, 1, "gloo");
+  const Tensor x = ember::testing::random_tensor({4, 3}, DType::f64).requires_grad_();
+  const auto cube = [&] {
+    const Tensor y = distributed::sync_batch_norm(x, zeros({3}).to(DType::f64), ones({3}).to(DType::f64), Tensor(),
+                                                  Tensor(), 0.1, 1e-5, one_rank);
+    return sum(mul(mul(y, y), y));
+  };
+  const Tensor g = autograd::grad({cube()}, {x}, {}, /*create_graph=*/true)[0];
+  EXPECT_TRUE(ember::testing::same_bits(g, autograd::grad({cube()}, {x})[0]));  // the graph is kept
+  ASSERT_TRUE(g.requires_grad());
+  EXPECT_EMBER_ERROR(sum(g * g).backward(), "SyncBatchNormBackward", "does not support double backward");
+}
+
+// linear_cross_entropy's CPU gradients carry a composed history under create_graph: the second
+// backward runs, and its x gradient is that of linear followed by cross_entropy.
+TEST(AutogradGrad, SecondBackwardThroughLinearCrossEntropyMatchesTheComposition) {
   const Tensor x = ember::testing::random_tensor({2, 3}, DType::f64).requires_grad_();
   const Tensor w = ember::testing::random_tensor({4, 3}, DType::f64);
   const Tensor target = from_vector<int64_t>({1, 3});
-  const Tensor loss = linear_cross_entropy(x, w, Tensor(), target).second;
-  const Tensor g = autograd::grad({loss}, {x}, {}, /*create_graph=*/true)[0];
-  EXPECT_TRUE(ember::testing::same_bits(g, autograd::grad({loss}, {x})[0]));  // the graph is kept
-  ASSERT_TRUE(g.requires_grad());
-  EXPECT_EMBER_ERROR(sum(g * g).backward(), "LinearCrossEntropyBackward", "does not support double backward");
+  const auto penalty_gradient = [&](const Tensor& loss) {
+    const Tensor g = autograd::grad({loss}, {x}, {}, /*create_graph=*/true)[0];
+    return autograd::grad({sum(g * g)}, {x})[0].to_vector<double>();
+  };
+  const std::vector<double> fused = penalty_gradient(linear_cross_entropy(x, w, Tensor(), target).second);
+  const std::vector<double> composed = penalty_gradient(cross_entropy(linear(x, w, Tensor()), target));
+  ASSERT_EQ(fused.size(), composed.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], composed[i], 1e-12 + 1e-9 * std::abs(composed[i]));
 }
 
 TEST(AutogradGrad, ArgumentErrors) {

@@ -19,6 +19,7 @@
 
 using namespace ember;
 using ember::testing::DoubleBackwardCase;
+using ember::testing::FusedCase;
 using ember::testing::random_tensor;
 
 namespace {
@@ -119,11 +120,6 @@ Fn packed_attention_composed(Tensor mask, double p) {
   };
 }
 
-struct FusedCase {
-  DoubleBackwardCase fused;
-  Fn composed;
-};
-
 std::vector<FusedCase> fused_cases() {
   const Tensor causal = causal_mask(4);
   const Tensor scores_mask = random_tensor({3, 5}, DType::f64);
@@ -190,19 +186,7 @@ std::vector<FusedCase> fused_cases() {
   };
 }
 
-std::vector<DoubleBackwardCase> cases() {
-  std::vector<DoubleBackwardCase> out;
-  for (const FusedCase& c : fused_cases()) out.push_back(c.fused);
-  return out;
-}
-
-// The Hessian-vector product of sum(fn(in) * seed) in the inputs, along v.
-std::vector<Tensor> hessian_vector_product(const Fn& fn, const In& in, const Tensor& seed, const In& v) {
-  const std::vector<Tensor> g = autograd::grad({fn(in)}, in, {seed}, /*create_graph=*/true);
-  Tensor dot = sum(mul(g[0], v[0]));
-  for (size_t i = 1; i < in.size(); ++i) dot = add(dot, sum(mul(g[i], v[i])));
-  return autograd::grad({dot}, in);
-}
+std::vector<DoubleBackwardCase> cases() { return ember::testing::fused_ops_of(fused_cases()); }
 
 }  // namespace
 
@@ -215,23 +199,7 @@ TEST(DoubleBackwardFused, FirstOrderBitsMatchTheOrdinaryBackward) {
 
 // The second derivatives are those of the composition each fused op stands for.
 TEST(DoubleBackwardFused, HessianVectorProductsMatchTheComposition) {
-  for (const FusedCase& c : fused_cases()) {
-    SCOPED_TRACE(c.fused.name);
-    const In in = ember::testing::case_inputs(c.fused, DType::f64);
-    In v;
-    for (const Tensor& t : in) v.push_back(random_tensor(t.shape(), DType::f64));
-    const Tensor seed = random_tensor(c.fused.fn(in).shape(), DType::f64);
-    const std::vector<Tensor> fused = hessian_vector_product(c.fused.fn, in, seed, v);
-    const std::vector<Tensor> composed = hessian_vector_product(c.composed, in, seed, v);
-    for (size_t i = 0; i < in.size(); ++i) {
-      // undefined in both where the gradient does not depend on that input (layer norm's bias)
-      ASSERT_EQ(fused[i].defined(), composed[i].defined()) << i;
-      if (!fused[i].defined()) continue;
-      const std::vector<double> a = fused[i].to_vector<double>(), b = composed[i].to_vector<double>();
-      ASSERT_EQ(a.size(), b.size()) << i;
-      for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-9 * (1.0 + std::abs(b[j]))) << i << " " << j;
-    }
-  }
+  ember::testing::expect_hessian_vector_products_match(fused_cases());
 }
 
 // A second backward through the fused ops no longer stops at a first-order node.

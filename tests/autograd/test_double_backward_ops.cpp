@@ -5,8 +5,12 @@
 // closed forms; and first-order gradients under create_graph equal to an ordinary backward's,
 // bit for bit, in f32 and f64.
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "distributed/hash_store.h"
+#include "distributed/process_group.h"
+#include "distributed/sync_batch_norm.h"
 #include "double_backward_checks.h"
 
 using namespace ember;
@@ -151,14 +155,15 @@ TEST(DoubleBackwardOps, PenaltyInputGradientBitsMatchInF32) {
   EXPECT_TRUE(ember::testing::same_bits(with_graph, autograd::grad({critic(x)}, {x}, {seed})[0]));
 }
 
-// linear_cross_entropy on the CPU keeps a first-order formula: it writes the logits' and bias's
-// gradients in one fused pass whose bits a composed formula would not reproduce. Its gradients
-// refuse a second backward, naming the node.
+// sync_batch_norm keeps a first-order formula: its backward all-reduces the gradient's
+// statistics across the ranks and applies them with native kernels on inputs without history.
+// Its gradients refuse a second backward, naming the node.
 TEST(DoubleBackwardOps, FirstOrderFormulasNameThemselvesOnASecondBackward) {
-  const Tensor x = leaf({2, 3});
-
-  const Tensor w = leaf({4, 3}), target = from_vector<int64_t>({1, 3});
-  const Tensor loss = linear_cross_entropy(x, w, Tensor(), target).second;
-  const Tensor gx = autograd::grad({loss}, {x}, {}, true)[0];
-  EXPECT_EMBER_ERROR(sum(mul(gx, gx)).backward(), "LinearCrossEntropyBackward", "does not support double backward");
+  const auto one_rank = distributed::new_process_group(std::make_shared<distributed::HashStore>(), 0, 1, "gloo");
+  const Tensor x = leaf({3, 2, 4}), w = leaf({2}), b = leaf({2});
+  const Tensor y = distributed::sync_batch_norm(x, zeros({2}).to(DType::f64), ones({2}).to(DType::f64), w, b, 0.1, 1e-5,
+                                                one_rank);
+  const Tensor gx = autograd::grad({sum(mul(mul(y, y), y))}, {x}, {}, true)[0];
+  ASSERT_TRUE(gx.requires_grad());
+  EXPECT_EMBER_ERROR(sum(mul(gx, gx)).backward(), "SyncBatchNormBackward", "does not support double backward");
 }
