@@ -50,6 +50,15 @@ struct PassCallbacks {
   std::deque<std::function<void()>> queue;
 };
 thread_local std::vector<PassCallbacks*> pass_stack;
+thread_local bool returning_pass = false;  // see returning_gradients()
+
+struct ReturningScope {
+  bool previous;
+  explicit ReturningScope(bool returning) : previous(returning_pass) { returning_pass = returning; }
+  ~ReturningScope() { returning_pass = previous; }
+  ReturningScope(const ReturningScope&) = delete;
+  ReturningScope& operator=(const ReturningScope&) = delete;
+};
 
 // join_enclosing: queue into the pass already running on this thread (if any), whose end runs them.
 struct PassScope {
@@ -120,6 +129,8 @@ void queue_callback(std::function<void()> callback) {
 
 bool in_backward() { return !pass_stack.empty(); }
 
+bool returning_gradients() { return returning_pass; }
+
 void run_backward(const Tensors& roots, const Tensors& seeds, bool retain_graph) {
   run_backward_impl(roots, seeds, {.retain_graph = retain_graph});
 }
@@ -159,6 +170,7 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOpt
   autocast::SuspendGuard no_autocast;
   autocast::clear_cache();
   PassScope pass(opt.join_enclosing);
+  ReturningScope returning(opt.capture != nullptr);
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> root_nodes;
 
@@ -244,13 +256,13 @@ void run_backward_impl(const Tensors& roots, const Tensors& seeds, const PassOpt
     NodeState& s = state[node.get()];
     Tensors grads = std::move(s.grads);
     bool any = false;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].defined()) {
-        any = true;
-      } else if (i < node->outputs.size()) {
-        const auto& m = node->outputs[i];
-        grads[i] = zeros(m.shape, {m.dtype, m.device});
-      }
+    for (const Tensor& g : grads) any = any || g.defined();
+    // Zeros only for a node that runs: a leaf's accumulator reached by an edge that brought
+    // nothing (the row-sparse embedding's) must not cost a table of zeros.
+    for (size_t i = 0; any && i < grads.size() && i < node->outputs.size(); ++i) {
+      if (grads[i].defined()) continue;
+      const auto& m = node->outputs[i];
+      grads[i] = zeros(m.shape, {m.dtype, m.device});
     }
     Tensors out;
     if (any && opt.capture) {

@@ -42,4 +42,9 @@ void queue_callback(std::function<void()> callback);
 // True while this thread is inside a backward pass (in a hook, a backward formula or a callback).
 bool in_backward();
 
+// True while this thread runs the pass of autograd::grad, whose gradients are returned rather
+// than added into .grad: a formula that writes a leaf's gradient itself (the row-sparse
+// embedding's rows) returns it along its edge instead.
+bool returning_gradients();
+
 }  // namespace ember::autograd

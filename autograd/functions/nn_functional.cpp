@@ -1,5 +1,6 @@
 // Differentiable embedding, dropout, cross-entropy and linear + cross-entropy. Forward work is in
 // core/native/nn_functional.h; the backward formulas are fused kernels there as well.
+#include "autograd/engine.h"
 #include "autograd/functions/composed_gradient.h"
 #include "autograd/functions/dropout_gradient.h"
 #include "autograd/functions/softmax_gradients.h"
@@ -52,15 +53,20 @@ Tensor embedding_lookup(const Tensor& weight, const Tensor& indices, std::option
   const autograd::SavedTensor saved_indices = autograd::save(indices);
   const DType dtype = weight.dtype();
   if (rows) {
-    // The rows go straight to the table's row-sparse gradient (core/sparse_grad.h); no dense
-    // table is built, so the node has no edge into the table's accumulator.
+    // backward(): the rows go straight to the table's row-sparse gradient (core/sparse_grad.h)
+    // and nothing goes along the edge, so no dense table is built. autograd::grad returns
+    // gradients instead of writing them: there the dense gradient goes along the edge, with
+    // the same values, and under create_graph it is the differentiable one.
     std::shared_ptr<TensorImpl> table = weight.impl_ptr();
-    autograd::record("EmbeddingSparseBackward", {}, {out},
-                     [saved_indices, num, padding_row, dtype, table](const Tensors& g) -> Tensors {
-                       Tensor(table).accumulate_sparse_grad(
-                           coalesce_rows(saved_indices.unpack(), native::to_dtype(g[0], dtype), num, padding_row));
-                       return {};
-                     });
+    autograd::record(
+        "EmbeddingSparseBackward", {weight}, {out},
+        [saved_indices, num, padding_row, dtype, table](const Tensors& g) -> Tensors {
+          if (autograd::returning_gradients()) return {embedding_grad(g[0], saved_indices, num, padding_row, dtype)};
+          Tensor(table).accumulate_sparse_grad(
+              coalesce_rows(saved_indices.unpack(), native::to_dtype(g[0], dtype), num, padding_row));
+          return {};
+        },
+        autograd::Backward::differentiable);
     return out;
   }
   autograd::record(
