@@ -108,8 +108,8 @@ void gemm_serial(F32GemmPath path, bool trans_a, bool trans_b, int64_t m, int64_
   onednn_sgemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemm_serial(F32GemmPath, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+void gemm_serial(F32GemmPath, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                 const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
