@@ -6,11 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/functions/composed_gradient.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
 #include "core/native/indexing.h"
 #include "core/native/normalization.h"
 #include "distributed/default_process_group.h"
+#include "distributed/sync_batch_norm_gradients.h"
 
 namespace ember::distributed {
 
@@ -52,25 +54,33 @@ Tensor sync_batch_norm(const Tensor& input_in, const Tensor& running_mean, const
 
   const bool need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
              need_db = bias.defined() && bias.requires_grad();
-  const autograd::SavedTensor saved_x = autograd::save(x), saved_w = autograd::save(weight),
+  // x and the weight keep their history for the composed gradients of a create_graph backward
+  const autograd::SavedTensor saved_x = autograd::save_with_history(x), saved_w = autograd::save_with_history(weight),
                               saved_b = autograd::save(bias);
   const Tensor mean = st.mean, invstd = st.invstd, global_count = sums.count;
   const int64_t channels = global.channels;
-  autograd::record("SyncBatchNormBackward", {x, weight, bias}, {y}, [=](const autograd::Tensors& g) -> autograd::Tensors {
-    const Tensor xv = saved_x.unpack(), wv = saved_w.unpack();
-    // every rank joins the all-reduce below, also one whose output received no gradient
-    const Tensor dy = g[0].defined() ? g[0] : zeros_like(xv);
-    const native::BatchNormReduced r =
-        native::batch_norm_backward_reduce(dy, xv, mean, invstd, wv, saved_b.unpack(), need_dw, need_db);
-    Tensor dx;
-    if (need_dx) {
-      Tensor reduced = native::cat({r.sum_dy, r.sum_dy_xmu}, 0);
-      pg->allreduce(reduced)->wait();
-      dx = native::batch_norm_backward_elemt(dy, xv, mean, invstd, wv, reduced.narrow(0, 0, channels),
-                                             reduced.narrow(0, channels, channels), global_count);
-    }
-    return {dx, r.dweight, r.dbias};
-  });
+  const SyncBatchStats stats{mean, invstd, count, eps};
+  autograd::record(
+      "SyncBatchNormBackward", {x, weight, bias}, {y},
+      [=](const autograd::Tensors& g) -> autograd::Tensors {
+        const Tensor xv = saved_x.unpack(), wv = saved_w.unpack();
+        // every rank joins the all-reduce below, also one whose output received no gradient
+        const Tensor dy = g[0].defined() ? g[0] : zeros_like(xv);
+        const native::BatchNormReduced r =
+            native::batch_norm_backward_reduce(dy, xv, mean, invstd, wv, saved_b.unpack(), need_dw, need_db);
+        Tensor dx;
+        if (need_dx) {
+          Tensor reduced = native::cat({r.sum_dy, r.sum_dy_xmu}, 0);
+          pg->allreduce(reduced)->wait();
+          dx = native::batch_norm_backward_elemt(dy, xv, mean, invstd, wv, reduced.narrow(0, 0, channels),
+                                                 reduced.narrow(0, channels, channels), global_count);
+        }
+        // the values stay the kernels'; under create_graph they get the composed gradients' history
+        return autograd::with_composed_history(
+            "SyncBatchNormGradBackward", {dx, r.dweight, r.dbias}, {dy, xv, wv},
+            [&] { return sync_batch_norm_gradients(dy, xv, wv, stats, {need_dx, need_dw, need_db}, pg); });
+      },
+      autograd::Backward::differentiable);
   return y;
 }
 

@@ -7,6 +7,9 @@
 // squares and value count (2C + 1 f64 values), so ranks may hold different batch sizes, even
 // none; the backward all-reduces sum(dy) and sum(dy * (x - mean)) (2C f64 values) when the
 // input needs a gradient. weight and bias get this rank's own gradients (DDP averages them).
+// The gradients can be differentiated again (autograd::grad with create_graph, on every rank):
+// their values stay those above, and their history, composed from differentiable ops, all-reduces
+// four more sums of C values, as does a backward through it (sync_batch_norm_gradients.h).
 // The first synchronised forward of a layer on a group also exchanges every rank's channel
 // count once (8 bytes per rank), so a rank whose layer differs fails on every rank at once.
 #pragma once

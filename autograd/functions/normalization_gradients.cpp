@@ -4,6 +4,8 @@
 // bias's the sum of g over the other dims.
 #include "autograd/functions/normalization_gradients.h"
 
+#include <functional>
+
 #include "core/ops.h"
 
 namespace ember::autograd {
@@ -36,9 +38,16 @@ struct Normalized {
   Tensor xhat, rstd;  // rstd keeps the reduced dims
 };
 
-Normalized standardize(const Tensor& x, const Shape& dims, double eps) {
-  const Tensor centered = sub(x, mean(x, dims, true));
-  const Tensor rstd = rsqrt(add(mean(mul(centered, centered), dims, true), eps));
+// The mean over the normalised elements, keeping their dims.
+using MeanOf = std::function<Tensor(const Tensor&)>;
+
+MeanOf mean_over(const Shape& dims) {
+  return [dims](const Tensor& t) { return mean(t, dims, true); };
+}
+
+Normalized standardize(const Tensor& x, const MeanOf& mean_of, double eps) {
+  const Tensor centered = sub(x, mean_of(x));
+  const Tensor rstd = rsqrt(add(mean_of(mul(centered, centered)), eps));
   return {mul(centered, rstd), rstd};
 }
 
@@ -48,9 +57,9 @@ Normalized root_mean_square_scaled(const Tensor& x, const Shape& dims, double ep
 }
 
 // d loss / dx from gh = d loss / d xhat; centered: xhat subtracts the mean (not RMS norm).
-Tensor input_gradient(const Tensor& gh, const Normalized& n, const Shape& dims, bool centered) {
-  Tensor inner = sub(gh, mul(n.xhat, mean(mul(gh, n.xhat), dims, true)));
-  if (centered) inner = sub(inner, mean(gh, dims, true));
+Tensor input_gradient(const Tensor& gh, const Normalized& n, const MeanOf& mean_of, bool centered) {
+  Tensor inner = sub(gh, mul(n.xhat, mean_of(mul(gh, n.xhat))));
+  if (centered) inner = sub(inner, mean_of(gh));
   return mul(n.rstd, inner);
 }
 
@@ -71,10 +80,11 @@ Tensors trailing_norm_gradients(const Tensor& g, const Tensor& x, const Shape& n
   if (x.numel() == 0) return {};
   const int64_t ndim = x.dim(), batch_dims = ndim - int64_t(normalized_shape.size());
   const Shape norm_dims = range_dims(batch_dims, ndim);
-  const Normalized n = centered ? standardize(x, norm_dims, eps) : root_mean_square_scaled(x, norm_dims, eps);
+  const Normalized n =
+      centered ? standardize(x, mean_over(norm_dims), eps) : root_mean_square_scaled(x, norm_dims, eps);
   // weight has the trailing shape, so it broadcasts as it is
   return affine_gradients(g, n.xhat, weight, range_dims(0, batch_dims), wanted, [&](const Tensor& gh) {
-    return input_gradient(gh, n, norm_dims, centered);
+    return input_gradient(gh, n, mean_over(norm_dims), centered);
   });
 }
 
@@ -97,21 +107,31 @@ Tensors group_norm_gradients(const Tensor& g, const Tensor& x, int64_t num_group
   const int64_t ndim = x.dim();
   const Shape grouped{x.size(0), num_groups, x.numel() / (x.size(0) * num_groups)};
   // normalised per group; the weight is per channel, so gh is grouped after the product
-  const Normalized n = standardize(x.reshape(grouped), {2}, eps);
+  const Normalized n = standardize(x.reshape(grouped), mean_over({2}), eps);
   return affine_gradients(g, n.xhat.reshape(x.shape()), weight.defined() ? per_channel(weight, ndim) : Tensor(),
                           all_but_channels(ndim), wanted, [&](const Tensor& gh) {
-                            return input_gradient(gh.reshape(grouped), n, {2}, true).reshape(x.shape());
+                            return input_gradient(gh.reshape(grouped), n, mean_over({2}), true).reshape(x.shape());
                           });
 }
 
 Tensors batch_norm_gradients(const Tensor& g, const Tensor& x, const Tensor& weight, double eps,
                              NormGradsWanted wanted) {
   if (x.numel() == 0) return {};
+  return batch_norm_gradients(g, x, weight, eps, wanted, {});
+}
+
+Tensors batch_norm_gradients(const Tensor& g, const Tensor& x, const Tensor& weight, double eps,
+                             NormGradsWanted wanted, const WholeBatch& whole_batch) {
   const int64_t ndim = x.dim();
   const Shape dims = all_but_channels(ndim);
-  const Normalized n = standardize(x, dims, eps);
+  const MeanOf mean_of = whole_batch.sum_over_batches
+                             ? MeanOf([&](const Tensor& t) {
+                                 return div(whole_batch.sum_over_batches(sum(t, dims, true)), whole_batch.count);
+                               })
+                             : mean_over(dims);
+  const Normalized n = standardize(x, mean_of, eps);
   return affine_gradients(g, n.xhat, weight.defined() ? per_channel(weight, ndim) : Tensor(), dims, wanted,
-                          [&](const Tensor& gh) { return input_gradient(gh, n, dims, true); });
+                          [&](const Tensor& gh) { return input_gradient(gh, n, mean_of, true); });
 }
 
 Tensors batch_norm_eval_gradients(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,

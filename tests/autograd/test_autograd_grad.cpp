@@ -2,13 +2,10 @@
 // create_graph through a formula that is first-order only fails on the second backward,
 // naming the node; the argument errors.
 #include <cmath>
-#include <memory>
 #include <vector>
 
 #include "autograd/engine.h"
-#include "distributed/hash_store.h"
-#include "distributed/process_group.h"
-#include "distributed/sync_batch_norm.h"
+#include "first_order_cube.h"
 #include "same_bits.h"
 #include "test_util.h"
 
@@ -35,21 +32,15 @@ TEST(AutogradGrad, AnInputTheGradientDoesNotReachGetsAnUndefinedTensor) {
   EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{3.0, 3.0}));
 }
 
-// sync_batch_norm's backward is native kernels on its inputs without history: its gradient may
-// not be differentiated again, and saying so beats a second derivative that silently misses
-// terms.
+// A formula recorded as first-order reads its inputs without history: its gradient may not be
+// differentiated again, and saying so beats a second derivative that silently misses terms.
 TEST(AutogradGrad, SecondBackwardThroughAFirstOrderFormulaNamesIt) {
-  const auto one_rank = distributed::new_process_group(std::make_shared<distributed::HashStore>(), 0, 1, "gloo");
   const Tensor x = ember::testing::random_tensor({4, 3}, DType::f64).requires_grad_();
-  const auto cube = [&] {
-    const Tensor y = distributed::sync_batch_norm(x, zeros({3}).to(DType::f64), ones({3}).to(DType::f64), Tensor(),
-                                                  Tensor(), 0.1, 1e-5, one_rank);
-    return sum(mul(mul(y, y), y));
-  };
-  const Tensor g = autograd::grad({cube()}, {x}, {}, /*create_graph=*/true)[0];
-  EXPECT_TRUE(ember::testing::same_bits(g, autograd::grad({cube()}, {x})[0]));  // the graph is kept
+  const auto loss = [&] { return sum(tanh(ember::testing::first_order_cube(x))); };
+  const Tensor g = autograd::grad({loss()}, {x}, {}, /*create_graph=*/true)[0];
+  EXPECT_TRUE(ember::testing::same_bits(g, autograd::grad({loss()}, {x})[0]));  // the graph is kept
   ASSERT_TRUE(g.requires_grad());
-  EXPECT_EMBER_ERROR(sum(g * g).backward(), "SyncBatchNormBackward", "does not support double backward");
+  EXPECT_EMBER_ERROR(sum(g * g).backward(), "FirstOrderCubeBackward", "does not support double backward");
 }
 
 // linear_cross_entropy's CPU gradients carry a composed history under create_graph: the second

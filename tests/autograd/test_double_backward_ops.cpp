@@ -5,13 +5,10 @@
 // closed forms; and first-order gradients under create_graph equal to an ordinary backward's,
 // bit for bit, in f32 and f64.
 #include <cmath>
-#include <memory>
 #include <vector>
 
-#include "distributed/hash_store.h"
-#include "distributed/process_group.h"
-#include "distributed/sync_batch_norm.h"
 #include "double_backward_checks.h"
+#include "first_order_cube.h"
 
 using namespace ember;
 using ember::testing::random_tensor;
@@ -155,15 +152,25 @@ TEST(DoubleBackwardOps, PenaltyInputGradientBitsMatchInF32) {
   EXPECT_TRUE(ember::testing::same_bits(with_graph, autograd::grad({critic(x)}, {x}, {seed})[0]));
 }
 
-// sync_batch_norm keeps a first-order formula: its backward all-reduces the gradient's
-// statistics across the ranks and applies them with native kernels on inputs without history.
-// Its gradients refuse a second backward, naming the node.
+// A formula recorded as first-order refuses a second backward through its gradients, naming
+// itself; the gradients that do not pass through it stay differentiable.
 TEST(DoubleBackwardOps, FirstOrderFormulasNameThemselvesOnASecondBackward) {
-  const auto one_rank = distributed::new_process_group(std::make_shared<distributed::HashStore>(), 0, 1, "gloo");
-  const Tensor x = leaf({3, 2, 4}), w = leaf({2}), b = leaf({2});
-  const Tensor y = distributed::sync_batch_norm(x, zeros({2}).to(DType::f64), ones({2}).to(DType::f64), w, b, 0.1, 1e-5,
-                                                one_rank);
-  const Tensor gx = autograd::grad({sum(mul(mul(y, y), y))}, {x}, {}, true)[0];
-  ASSERT_TRUE(gx.requires_grad());
-  EXPECT_EMBER_ERROR(sum(mul(gx, gx)).backward(), "SyncBatchNormBackward", "does not support double backward");
+  const Tensor x = leaf({3, 2}), w = leaf({2});
+  const Tensor y = tanh(mul(ember::testing::first_order_cube(x), w));
+  const std::vector<Tensor> g = autograd::grad({sum(y)}, {x, w}, {}, true);
+  ASSERT_TRUE(g[0].requires_grad());
+  ASSERT_TRUE(g[1].requires_grad());
+  EXPECT_EMBER_ERROR(sum(mul(g[0], g[0])).backward(), "FirstOrderCubeBackward", "does not support double backward");
+  // w's gradient, the sum over rows of c (1 - t^2) with c = x^3 and t = tanh(c w), reads the
+  // cube's value only: d/dw of its square is 2 gw sum(c (-2 t (1 - t^2) c))
+  const std::vector<double> hw = autograd::grad({sum(mul(g[1], g[1]))}, {w})[0].to_vector<double>();
+  const std::vector<double> xs = x.to_vector<double>(), ws = w.to_vector<double>(), gw = g[1].to_vector<double>();
+  for (size_t j = 0; j < 2; ++j) {
+    double inner = 0.0;
+    for (size_t i = 0; i < 3; ++i) {
+      const double c = std::pow(xs[i * 2 + j], 3), t = std::tanh(c * ws[j]);
+      inner += c * (-2.0 * t * (1.0 - t * t)) * c;
+    }
+    EXPECT_NEAR(hw[j], 2.0 * gw[j] * inner, 1e-12 * (1.0 + std::abs(hw[j]))) << j;
+  }
 }

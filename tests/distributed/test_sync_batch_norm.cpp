@@ -2,8 +2,9 @@
 // the layer is BatchNorm2d bit for bit; convert_sync_batchnorm swaps batch norms at any depth
 // for layers holding the very same tensors. Over real processes (tests/programs/syncbn_worker):
 // 2 and 3 ranks with equal, unequal, single-sample and empty batches equal one process on the
-// whole batch; a rank with another channel count fails on every rank; an Accelerator-prepared
-// model trains as one process does.
+// whole batch, and so do second-order gradients (a gradient penalty) with halves of a batch and
+// with an empty rank; a rank with another channel count fails on every rank; an
+// Accelerator-prepared model trains as one process does.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -246,6 +247,14 @@ TEST(SyncBatchNormProcesses, ThreeRanksOneWithAnEmptyBatchMatchOneProcess) {
 
 TEST(SyncBatchNormProcesses, ThreeRanksWithOneSampleEachMatchOneProcess) {
   expect_every_rank(run_job(3, {"match", "1", "1", "1", "1"}), "match ok");
+}
+
+TEST(SyncBatchNormProcesses, TwoRanksWithHalvesOfABatchGiveOneProcessSecondOrderGradients) {
+  expect_every_rank(run_job(2, {"penalty", "2", "3", "3"}), "penalty ok");
+}
+
+TEST(SyncBatchNormProcesses, SecondOrderGradientsWithUnequalBatchesAndAnEmptyRankMatchOneProcess) {
+  expect_every_rank(run_job(3, {"penalty", "2", "2", "0", "3"}), "penalty ok");
 }
 
 TEST(SyncBatchNormProcesses, AChannelMismatchFailsOnEveryRankWithoutHanging) {

@@ -11,6 +11,17 @@
 //       then the cumulative average without). Counts the collectives: one all-reduce of 2C + 1
 //       values per training forward, one of 2C per backward, the channel check once. Prints
 //       "match ok".
+//   syncbn_worker penalty <hw> <rows of rank 0> <rows of rank 1> ...
+//       second-order gradients: the gradient penalty of WGAN-GP, the sum over samples n of
+//       (||d loss / d x_n|| - 1)^2 with loss the sum of tanh(y) times a target, differentiated
+//       into x, weight and bias (per-sample norms: ||d loss / d x||^2 alone is blind to a term
+//       constant over each channel, as BatchNorm's input gradient sums to zero). Each rank's input
+//       gradient and penalty gradient of x must equal its rows of one process's BatchNorm on the
+//       whole batch, and the weight and bias gradients summed over ranks that process's: in f64
+//       through sync_batch_norm to 1e-9, in f32 through the SyncBatchNorm layer to 1e-5. Counts
+//       the f64 run's all-reduces: 2C + 1 forward; 2C and four of C in the backward with
+//       create_graph; the penalty's backward four of C and 2C (the first-order formula again, as
+//       dloss/dy depends on y). Prints "penalty ok".
 //   syncbn_worker mismatch
 //       rank 1's layer has one channel more: the first training forward fails on every rank,
 //       naming rank 1 and both channel counts; prints "mismatch ok".
@@ -25,12 +36,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "accelerate/accelerator.h"
 #include "accelerate/accelerator_state.h"
+#include "autograd/engine.h"
 #include "ddp_test_model.h"
 #include "distributed/default_process_group.h"
 #include "distributed/sync_batch_norm.h"
@@ -62,10 +75,10 @@ double distance(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what, double tolerance = kTolerance) {
   const double d = distance(got, want);
-  if (d > kTolerance) std::printf("%s: distance %.3g\n", what.c_str(), d);
-  expect(d <= kTolerance, what + " matches one process on the whole batch");
+  if (d > tolerance) std::printf("%s: distance %.3g\n", what.c_str(), d);
+  expect(d <= tolerance, what + " matches one process on the whole batch");
 }
 
 // Passes every collective to `inner`, counting the calls and the values they reduce.
@@ -208,6 +221,107 @@ int run_match(int64_t hw, const std::vector<int64_t>& rows) {
   return failed ? 1 : 0;
 }
 
+// What the gradient penalty gives: the input gradient d loss / d x (kept with create_graph) and
+// the penalty's gradients of x, weight and bias.
+struct PenaltyGradients {
+  Tensor input_gradient, x, weight, bias;
+};
+
+// loss = sum(tanh(norm(x)) * target), penalty = sum over samples of (||d loss / d x_n|| - 1)^2,
+// backpropagated. after_first runs between the backward with create_graph and the penalty's.
+PenaltyGradients penalty_gradients(const std::function<Tensor(const Tensor&)>& norm, const Tensor& x_values,
+                                   const Tensor& target, const Tensor& weight, const Tensor& bias,
+                                   const std::function<void()>& after_first = [] {}) {
+  Tensor x = x_values.clone().requires_grad_(true);
+  const Tensor gx = autograd::grad({sum(mul(tanh(norm(x)), target))}, {x}, {}, /*create_graph=*/true)[0];
+  after_first();
+  const Tensor norms = sqrt(sum(mul(gx, gx), {1, 2, 3}));
+  sum(pow(sub(norms, 1.0), 2.0)).backward();
+  return {gx.detach(), x.grad(), weight.grad(), bias.grad()};
+}
+
+void expect_penalty_match(const PenaltyGradients& got, const PenaltyGradients& want, ProcessGroup& pg, int64_t offset,
+                          int64_t rows, const std::string& label, double tolerance) {
+  expect_close(got.input_gradient, want.input_gradient.narrow(0, offset, rows), label + "input gradient", tolerance);
+  expect_close(got.x, want.x.narrow(0, offset, rows), label + "penalty gradient of x", tolerance);
+  expect_close(summed(got.weight, pg), want.weight, label + "summed penalty gradient of the weight", tolerance);
+  expect_close(summed(got.bias, pg), want.bias, label + "summed penalty gradient of the bias", tolerance);
+  const double size = distance(want.x, zeros_like(want.x)) + distance(want.weight, zeros_like(want.weight)) +
+                      distance(want.bias, zeros_like(want.bias));
+  expect(size > 1e-3, label + "the penalty moves x, weight and bias");
+}
+
+int run_penalty(int64_t hw, const std::vector<int64_t>& rows) {
+  auto state = AcceleratorState::initialize(true, kTimeout);
+  const auto real = state->process_group();
+  expect(size_t(state->num_processes()) == rows.size(), "one row count per rank");
+  if (failed) return 1;
+  const int rank = real->rank();
+  int64_t total = 0, offset = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (int(r) < rank) offset += rows[r];
+    total += rows[r];
+  }
+  const int64_t mine = rows[size_t(rank)];
+  const Shape whole{total, kChannels, hw, hw};
+  constexpr double eps = 1e-3;
+  const std::string label = "rows " + std::to_string(mine) + " of " + std::to_string(total) + ": ";
+
+  {  // f64 through sync_batch_norm, counting its collectives
+    const Tensor x_all = uniform_tensor(600, whole, 2.0).to(DType::f64);
+    const Tensor target = uniform_tensor(601, whole).to(DType::f64);
+    const Tensor w0 = (uniform_tensor(602, {kChannels}, 0.5) + 1.0).to(DType::f64);
+    const Tensor b0 = uniform_tensor(603, {kChannels}).to(DType::f64);
+    const Tensor w_ref = w0.clone().requires_grad_(true), b_ref = b0.clone().requires_grad_(true);
+    const PenaltyGradients want = penalty_gradients(
+        [&](const Tensor& x) { return batch_norm(x, Tensor(), Tensor(), w_ref, b_ref, true, 0.1, eps); }, x_all, target,
+        w_ref, b_ref);
+
+    auto counted = std::make_shared<CountingGroup>(real);
+    const Tensor w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    const Tensor running_mean = zeros({kChannels}, {DType::f64}), running_var = ones({kChannels}, {DType::f64});
+    std::vector<int64_t> forward_sizes, first_sizes;
+    const PenaltyGradients got = penalty_gradients(
+        [&](const Tensor& x) {
+          const Tensor y = sync_batch_norm(x, running_mean, running_var, w, b, 0.1, eps, counted);
+          forward_sizes = counted->allreduce_sizes;
+          return y;
+        },
+        x_all.narrow(0, offset, mine), target.narrow(0, offset, mine), w, b,
+        [&] { first_sizes = counted->allreduce_sizes; });
+    expect_penalty_match(got, want, *real, offset, mine, "f64 " + label, 1e-9);
+
+    const int64_t c = kChannels;
+    expect(forward_sizes == std::vector<int64_t>{2 * c + 1}, label + "the forward all-reduces 2C + 1 values");
+    expect(first_sizes == std::vector<int64_t>{2 * c + 1, 2 * c, c, c, c, c},
+           label + "the backward with create_graph all-reduces 2C, then four sums of C");
+    std::vector<int64_t> second(counted->allreduce_sizes.begin() + int64_t(first_sizes.size()),
+                                counted->allreduce_sizes.end());
+    std::sort(second.begin(), second.end());
+    expect(second == std::vector<int64_t>{c, c, c, c, 2 * c},
+           label + "the penalty's backward all-reduces four of C and 2C");
+    std::printf("rank %d penalty %s%zu all-reduces of sizes", rank, label.c_str(), counted->allreduce_sizes.size());
+    for (auto n : counted->allreduce_sizes) std::printf(" %lld", (long long)n);
+    std::printf("\n");
+  }
+  {  // f32 through the layers
+    const Tensor x_all = uniform_tensor(700, whole, 2.0), target = uniform_tensor(701, whole);
+    nn::BatchNorm2d reference(kChannels, {.eps = eps});
+    nn::SyncBatchNorm sync(kChannels, {.eps = eps}, real);
+    fill_values(reference, 4);
+    fill_values(sync, 4);
+    const PenaltyGradients want = penalty_gradients([&](const Tensor& x) { return reference.forward(x); }, x_all,
+                                                    target, reference.weight, reference.bias);
+    const PenaltyGradients got =
+        penalty_gradients([&](const Tensor& x) { return sync.forward(x); }, x_all.narrow(0, offset, mine),
+                          target.narrow(0, offset, mine), sync.weight, sync.bias);
+    expect_penalty_match(got, want, *real, offset, mine, "f32 layers " + label, kTolerance);
+  }
+  state->wait_for_everyone();
+  if (!failed) std::printf("penalty ok\n");
+  return failed ? 1 : 0;
+}
+
 int run_mismatch() {
   auto state = AcceleratorState::initialize(true, kTimeout);
   const int rank = state->process_index();
@@ -294,9 +408,15 @@ int main(int argc, char** argv) {
       for (int i = 3; i < argc; ++i) rows.push_back(std::atoll(argv[i]));
       return run_match(std::atoll(argv[2]), rows);
     }
+    if (mode == "penalty" && argc >= 4) {
+      std::vector<int64_t> rows;
+      for (int i = 3; i < argc; ++i) rows.push_back(std::atoll(argv[i]));
+      return run_penalty(std::atoll(argv[2]), rows);
+    }
     if (mode == "mismatch" && argc == 2) return run_mismatch();
     if (mode == "accel" && argc == 4) return run_accel(std::atoll(argv[2]), std::atoll(argv[3]));
-    std::fprintf(stderr, "usage: syncbn_worker match <hw> <rows>... | mismatch | accel <steps> <rows>\n");
+    std::fprintf(stderr, "usage: syncbn_worker match <hw> <rows>... | penalty <hw> <rows>... | mismatch | "
+                         "accel <steps> <rows>\n");
     return 2;
   } catch (const std::exception& e) {
     std::printf("failed: %s\n", e.what());
