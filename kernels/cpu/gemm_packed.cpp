@@ -98,6 +98,14 @@ constexpr int64_t kAvx2Nc = 4096;
 // nc 1024 and 4096 within 3% of each other; kc 384 was 2-5% faster on the shapes with k > 256
 // and kc 128 or 192 5-15% slower, but kc is shared with the AVX2 kernel so both give the same
 // bits.
+// Also tried there (1 thread, best of 3-4 interleaved runs against this order), none taken:
+// holding several chunks' packed B so that an mc x nc block of C stays in L2 across the chunks
+// (nc 1024, 4-16 MiB of B): within the noise. BLIS's roles for a 12 x 32 tile (the A panel
+// resident in L1 while B panels stream from L2: ir outside jr, mc 1024, nc 768): 2-6% faster on
+// BERT's 768- and 3072-wide products, which oneDNN runs there 8-15% faster still, 2% slower on
+// the 256-wide weight gradients the packed GEMM runs. Packing direct panels 16 lanes at a time:
+// no faster (a transposed A's packing is bound by its strided reads), 7% slower on the MLM
+// decoder's weight gradient. Padding ldc off a multiple of 4 KiB (C rows aliasing in L1): 0-4%.
 constexpr int64_t kAvx512Mc = 144;
 constexpr int64_t kAvx512Nc = 4096;
 // A bf16 C whose k spans several chunks keeps its partial sums in an f32 staging block of
