@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm_bands.h"
 #include "kernels/cpu/gemm_f32_path.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/mkl_sgemm.h"
 
 namespace ember::cpu {
 namespace {
@@ -101,6 +102,10 @@ void gemm_serial(F32GemmPath path, bool trans_a, bool trans_b, int64_t m, int64_
     packed_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, packed_kernel_for_this_cpu());
     return;
   }
+  if (path == F32GemmPath::Mkl) {
+    mkl_sgemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   if (k == 0) {  // oneDNN rejects k == 0; C = beta * C is all that is left
     eigen_gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -120,13 +125,20 @@ void gemm_serial(F32GemmPath, bool trans_a, bool trans_b, int64_t m, int64_t n, 
 namespace {
 
 ForcedChoice<F32GemmPath>& forced_f32_path() {
-  static ForcedChoice<F32GemmPath> forced("EMBER_F32_GEMM", {{"onednn", F32GemmPath::OneDnn}, {"packed", F32GemmPath::Packed}});
+  static ForcedChoice<F32GemmPath> forced("EMBER_F32_GEMM", {{"onednn", F32GemmPath::OneDnn}, {"packed", F32GemmPath::Packed}, {"mkl", F32GemmPath::Mkl}});
   return forced;
 }
 
 }  // namespace
 
-const char* f32_gemm_path_name(F32GemmPath path) { return path == F32GemmPath::Packed ? "packed" : "onednn"; }
+const char* f32_gemm_path_name(F32GemmPath path) {
+  switch (path) {
+    case F32GemmPath::Packed: return "packed";
+    case F32GemmPath::Mkl: return "mkl";
+    case F32GemmPath::OneDnn: break;
+  }
+  return "onednn";
+}
 
 void set_f32_gemm_path(std::optional<F32GemmPath> path) {
   forced_f32_path().set(path);

@@ -1,5 +1,5 @@
-// Which kernel runs an f32 GEMM band (gemm.cpp): Ember's packed GEMM (gemm_packed.h) or
-// oneDNN 2.6's sgemm.
+// Which kernel runs an f32 GEMM band (gemm.cpp): Ember's packed GEMM (gemm_packed.h), oneDNN
+// 2.6's sgemm, or Intel MKL's where it is installed.
 //
 // Measured (GFLOP/s, best of 5, one thread, f32; AMD EPYC Zen 3, AVX2 + FMA, whose measured
 // FMA peak is 100 GFLOP/s per core: build/bench/machine_limits), MxKxN:
@@ -40,19 +40,36 @@
 // packed GEMM leads by 19-23%. (The packed kernel alone, its panels in cache, runs at 189
 // GFLOP/s; inside the GEMM it loses mostly to C's traffic beyond L2.)
 //
+// Intel MKL's sgemm (kernels/cpu/mkl_sgemm.h; MKL 2026.2 from PyPI, its AVX-512 path) on that
+// Xeon, one thread, best of 2 alternating runs in a noisy hour:
+//
+//   shape                                    oneDNN sgemm   packed   MKL sgemm
+//   fc1        2048x256x1024    X W^T             180          141       173
+//   fc2        2048x1024x256    X W^T             132          117       165
+//   dW         1024x2048x256    dY^T X            130          143       154
+//   bert-base  2048x768x3072    X W^T             136          127       173
+//   bert-base  2048x3072x768    dY W              132          133       176
+//   decoder dW 30522x2048x256   dY^T X            103          134       147
+//
+// and in Ember's bands (cpu::gemm, best of 6) at 2 threads on bert-base's products oneDNN and
+// MKL were level (228-356 GFLOP/s each, within 3% shape by shape), and bert-base's training
+// step was no faster with MKL (best of 5 alternating runs: 4.6 s with MKL, 3.8 s without; the
+// hour's noise moved single runs by 2x). So MKL is not chosen automatically; EMBER_F32_GEMM=mkl
+// runs every f32 product on it where it is installed.
+//
 // Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN. Above
 // it, the packed GEMM takes every product where it runs its AVX2 kernel, and where it runs its
 // AVX-512 kernel the products with a transposed A at most kAvx512PackedMaxN wide; oneDNN the rest.
 // cpu::gemm chooses once per product, before cutting it into bands, so the thread count does not
 // change the kernel.
-// EMBER_F32_GEMM=onednn|packed (or set_f32_gemm_path) forces one.
+// EMBER_F32_GEMM=onednn|packed|mkl (or set_f32_gemm_path) forces one.
 #pragma once
 #include <cstdint>
 #include <optional>
 
 namespace ember::cpu {
 
-enum class F32GemmPath { OneDnn = 0, Packed = 1 };
+enum class F32GemmPath { OneDnn = 0, Packed = 1, Mkl = 2 };
 
 // Below this many multiply-adds (a 128^3 product) oneDNN's sgemm is faster.
 inline constexpr double kPackedMinWork = 128.0 * 128.0 * 128.0;
@@ -61,7 +78,7 @@ inline constexpr int64_t kAvx512PackedMaxN = 256;
 
 const char* f32_gemm_path_name(F32GemmPath path);
 // The path an m x n x k product takes (trans_a: A is stored k x m, as in a weight gradient); an
-// EMBER_F32_GEMM value other than onednn or packed is an ember::Error naming it.
+// EMBER_F32_GEMM value other than onednn, packed or mkl is an ember::Error naming it.
 F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a);
 // Forces one path for every product (tests, benchmarks); std::nullopt restores the automatic choice.
 void set_f32_gemm_path(std::optional<F32GemmPath> path);

@@ -1,11 +1,14 @@
-// The f32 GEMM's two kernels (kernels/cpu/gemm_f32_path.h): the automatic choice by size, and
-// matmul, linear and bmm giving the reference's results on either path when forced.
+// The f32 GEMM's kernels (kernels/cpu/gemm_f32_path.h): the automatic choice by size and by
+// what is installed, and matmul and linear giving the reference's results on every path forced.
 #include "test_util.h"
 
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "kernels/cpu/gemm_f32_path.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/mkl_sgemm.h"
 
 using namespace ember;
 
@@ -28,7 +31,24 @@ void expect_path_matches_f64(cpu::F32GemmPath path, int64_t m, int64_t k, int64_
       << cpu::f32_gemm_path_name(path) << " " << m << "x" << k << "x" << n;
 }
 
+// Every path this machine can run (MKL where it is installed).
+std::vector<cpu::F32GemmPath> runnable_paths() {
+  std::vector<cpu::F32GemmPath> paths{cpu::F32GemmPath::OneDnn, cpu::F32GemmPath::Packed};
+  if (cpu::mkl_status().loaded) paths.push_back(cpu::F32GemmPath::Mkl);
+  return paths;
+}
+
 }  // namespace
+
+TEST(F32GemmPath, MklIsNeverTheAutomaticChoiceButCanBeForced) {
+  cpu::set_f32_gemm_path(std::nullopt);
+  for (const auto& [m, n, k, trans_a] : {std::tuple{128, 128, 64, false}, std::tuple{2048, 1024, 256, false},
+                                          std::tuple{30522, 256, 2048, true}, std::tuple{3072, 768, 2048, true}})
+    EXPECT_NE(cpu::f32_gemm_path_for(m, n, k, trans_a), cpu::F32GemmPath::Mkl) << m << "x" << n << "x" << k;
+  ForcedF32Path forced(cpu::F32GemmPath::Mkl);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), cpu::F32GemmPath::Mkl);
+  EXPECT_STREQ(cpu::f32_gemm_path_name(cpu::F32GemmPath::Mkl), "mkl");
+}
 
 TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
   cpu::set_f32_gemm_path(std::nullopt);
@@ -49,8 +69,8 @@ TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
   EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true), cpu::F32GemmPath::OneDnn);
 }
 
-TEST(F32GemmPath, BothPathsMatchAnF64ProductAtTrainingShapes) {
-  for (cpu::F32GemmPath path : {cpu::F32GemmPath::OneDnn, cpu::F32GemmPath::Packed}) {
+TEST(F32GemmPath, EveryPathMatchesAnF64ProductAtTrainingShapes) {
+  for (cpu::F32GemmPath path : runnable_paths()) {
     expect_path_matches_f64(path, 256, 128, 320);  // above the size threshold
     expect_path_matches_f64(path, 37, 19, 53);     // odd, below it
   }
@@ -60,13 +80,14 @@ TEST(F32GemmPath, LinearGradientsAgreeAcrossPaths) {
   const Tensor x0 = ember::testing::random_tensor({300, 96}, DType::f32);
   const Tensor w0 = ember::testing::random_tensor({160, 96}, DType::f32);
   const Tensor b0 = ember::testing::random_tensor({160}, DType::f32);
-  std::vector<Tensor> grads[2];
-  int i = 0;
-  for (cpu::F32GemmPath path : {cpu::F32GemmPath::OneDnn, cpu::F32GemmPath::Packed}) {
+  std::vector<std::vector<Tensor>> grads;
+  for (cpu::F32GemmPath path : runnable_paths()) {
     ForcedF32Path forced(path);
     Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
     sum(linear(x, w, b) * linear(x, w, b)).backward();
-    grads[i++] = {x.grad(), w.grad(), b.grad()};
+    grads.push_back({x.grad(), w.grad(), b.grad()});
   }
-  for (size_t g = 0; g < 3; ++g) EXPECT_TRUE(ember::testing::all_close(grads[0][g], grads[1][g], 1e-4, 1e-3)) << "gradient " << g;
+  for (size_t p = 1; p < grads.size(); ++p)
+    for (size_t g = 0; g < 3; ++g)
+      EXPECT_TRUE(ember::testing::all_close(grads[0][g], grads[p][g], 1e-4, 1e-3)) << "path " << p << " gradient " << g;
 }
