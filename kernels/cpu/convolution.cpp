@@ -13,8 +13,9 @@
 // once on the way out, as linalg's f16 products are.
 //
 // f32 passes that oneDNN's blocked kernels run faster, reorders included, go to oneDNN instead,
-// and one-channel 5x5 forward passes to a direct kernel (convolution_path.h has the
-// measurements and the choice; convolution_onednn.cpp and convolution_direct.cpp the paths).
+// and one-channel 3x3 and 5x5 forward passes (with AVX-512, their weight gradients too) to a
+// direct kernel (convolution_path.h has the measurements and the choice;
+// convolution_onednn.cpp, convolution_direct.cpp and convolution_direct_weight.cpp the paths).
 // On this path, an f32 1x1 convolution with a stride or padding skips the column buffer: its
 // forward and weight gradient gather straight into the GEMM micro-kernel's panels, and its
 // input gradient multiplies a few output rows at a time into a tile it spreads into dX
@@ -377,10 +378,12 @@ struct BackwardInput {
 template <typename T>
 struct BackwardWeight {
   static void run(const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor&, const Conv2dParams& p) {
-    if constexpr (std::is_same_v<T, float>)
-      if (cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x.shape(), dw.shape(), dy.shape(), p, false) ==
-          cpu::ConvPath::OneDnn)
-        return cpu::onednn_conv2d_backward_weight(dw, dy, x, p);
+    if constexpr (std::is_same_v<T, float>) {
+      const cpu::ConvPath path =
+          cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x.shape(), dw.shape(), dy.shape(), p, false);
+      if (path == cpu::ConvPath::OneDnn) return cpu::onednn_conv2d_backward_weight(dw, dy, x, p);
+      if (path == cpu::ConvPath::Direct) return cpu::direct_conv2d_backward_weight(dw, dy, x, p);
+    }
     if constexpr (std::is_same_v<T, float>)
       if (cpu::pointwise_conv_applies(x.shape(), dw.shape(), dy.shape(), p))
         return cpu::pointwise_conv2d_backward_weight(dw, dy, x, p);

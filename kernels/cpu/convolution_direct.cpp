@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "kernels/cpu/convolution_direct_plan.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec8.h"
 
@@ -24,37 +26,6 @@ constexpr int kChannelBlock = 3;
 constexpr int kChunkBlock = 4;
 // Output size from which its stores go past the cache (streamed_output): about an L2.
 constexpr int64_t kStreamMinBytes = int64_t(1) << 20;
-
-// Two layouts of the image the taps read. Rows whose width is a multiple of 8 take one
-// zero-padded copy per channel, read row by row. Other widths would leave lanes idle at every
-// row's end (4 of 32 on a 28-wide row), so they take kW copies per channel, copy kw shifted by
-// kernel column kw and cut to the output's width: an output position and its reads in every
-// copy are then the same flat index, and the plane is cut into 8-position chunks whatever
-// rows they span. The copies cost C * kW small row moves per image, which a 5x5 layer with few
-// output channels feels (LeNet's 24-wide rows measured 81 GFLOP/s padded, 62 shifted).
-struct DirectGeometry {
-  int64_t channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w;
-  Conv2dParams p;
-  int64_t taps() const { return channels * kernel_h * kernel_w; }
-  int64_t area() const { return out_h * out_w; }
-  bool shifted() const { return out_w % vec8::kLanes != 0; }
-  // Copies per channel and their width: kW of Wo (shifted) or one of every column a window
-  // reads (padded).
-  int64_t copies() const { return shifted() ? kernel_w : 1; }
-  int64_t copy_w() const { return shifted() ? out_w : out_w + (kernel_w - 1) * p.dilation[1]; }
-  // Rows of a copy: every input row some output row reads, padding included.
-  int64_t copy_rows() const { return out_h + (kernel_h - 1) * p.dilation[0]; }
-  int64_t copy_size() const { return copy_rows() * copy_w(); }
-};
-
-// The tap-independent parts of one call: where each tap reads in the copies (relative to the
-// chunk's read position), the weights regrouped per block of output channels, the chunks.
-struct DirectPlan {
-  std::vector<int64_t> offsets;     // [taps], in the (c, kh, kw) order of the weight
-  std::vector<float> weights;       // block o0 of width ob at o0 * taps: [taps][ob]
-  std::vector<int64_t> out_starts;  // 8-position chunks covering the output plane
-  std::vector<int64_t> in_starts;   // where each chunk's first position reads, tap offset 0
-};
 
 // Output channels [o0, o0 + OB), `groups` runs of NV chunks from chunk `first`:
 // y = bias + sum over taps of w * x, one load per chunk and tap. `streamed` (whole aligned
@@ -114,14 +85,27 @@ void channel_block_all(const DirectGeometry& g, const DirectPlan& plan, const fl
 // overwrite.
 bool streamed_output(const DirectGeometry& g, int64_t images, const float* y) {
   const int64_t bytes = images * g.out_channels * g.area() * int64_t(sizeof(float));
-  return g.area() % vec8::kLanes == 0 && reinterpret_cast<uintptr_t>(y) % 32 == 0 && bytes >= kStreamMinBytes;
+  return g.area() % g.lanes == 0 && reinterpret_cast<uintptr_t>(y) % (4 * g.lanes) == 0 && bytes >= kStreamMinBytes;
 }
 
 int64_t block_width(const DirectGeometry& g, int64_t o0) {
   return std::min<int64_t>(kChannelBlock, g.out_channels - o0);
 }
 
-DirectPlan plan_of(const DirectGeometry& g, const float* w) {
+void forward_image(const DirectGeometry& g, const DirectPlan& plan, const float* x, const float* bias, float* y,
+                   float* copies, bool streamed) {
+  direct_copy_image(g, x, copies);
+  if (g.lanes == 16) return direct_channel_blocks_avx512(g, plan, copies, bias, y, streamed);
+  for (int64_t o0 = 0; o0 < g.out_channels; o0 += kChannelBlock) switch (block_width(g, o0)) {
+      case 1: channel_block_all<1>(g, plan, copies, bias, y, o0, streamed); break;
+      case 2: channel_block_all<2>(g, plan, copies, bias, y, o0, streamed); break;
+      default: channel_block_all<kChannelBlock>(g, plan, copies, bias, y, o0, streamed); break;
+    }
+}
+
+}  // namespace
+
+DirectPlan direct_plan(const DirectGeometry& g, const float* w) {
   DirectPlan plan;
   for (int64_t c = 0; c < g.channels; ++c)
     for (int64_t kh = 0; kh < g.kernel_h; ++kh)
@@ -131,25 +115,23 @@ DirectPlan plan_of(const DirectGeometry& g, const float* w) {
         else  // copy c, row kh * dilation, column kw * dilation
           plan.offsets.push_back(c * g.copy_size() + kh * g.p.dilation[0] * g.copy_w() + kw * g.p.dilation[1]);
   const int64_t taps = g.taps();
-  plan.weights.resize(size_t(g.out_channels * taps));
-  for (int64_t o0 = 0; o0 < g.out_channels; o0 += kChannelBlock) {
-    const int64_t ob = block_width(g, o0);
+  plan.weights.resize(w ? size_t(g.out_channels * taps) : 0);
+  for (int64_t o0 = 0; w && o0 < g.out_channels; o0 += g.channel_block) {
+    const int64_t ob = std::min(g.channel_block, g.out_channels - o0);
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t q = 0; q < ob; ++q) plan.weights[o0 * taps + t * ob + q] = w[(o0 + q) * taps + t];
   }
   // The last chunk moved back to end at the plane's end: it recomputes a few positions rather
   // than storing a partial vector. Padded copies are read row by row.
-  for (int64_t s = 0; s < g.area(); s += vec8::kLanes) {
-    const int64_t start = std::min(s, g.area() - vec8::kLanes);
+  for (int64_t s = 0; s < g.area(); s += g.lanes) {
+    const int64_t start = std::min(s, g.area() - g.lanes);
     plan.out_starts.push_back(start);
     plan.in_starts.push_back(g.shifted() ? start : start / g.out_w * g.copy_w() + start % g.out_w);
   }
   return plan;
 }
 
-// x [C, H, W] into the copies [C, copies, copy_rows, copy_w]: copy (c, k) holds at (r, col)
-// x[c][r - top][col + k * dilation - left], zero in the padding.
-void copy_image(const DirectGeometry& g, const float* x, float* copies) {
+void direct_copy_image(const DirectGeometry& g, const float* x, float* copies) {
   const int64_t top = g.p.padding_begin[0], left = g.p.padding_begin[1], copy_w = g.copy_w();
   for (int64_t c = 0; c < g.channels; ++c)
     for (int64_t k = 0; k < g.copies(); ++k) {
@@ -174,18 +156,6 @@ void copy_image(const DirectGeometry& g, const float* x, float* copies) {
     }
 }
 
-void forward_image(const DirectGeometry& g, const DirectPlan& plan, const float* x, const float* bias, float* y,
-                   float* copies, bool streamed) {
-  copy_image(g, x, copies);
-  for (int64_t o0 = 0; o0 < g.out_channels; o0 += kChannelBlock) switch (block_width(g, o0)) {
-      case 1: channel_block_all<1>(g, plan, copies, bias, y, o0, streamed); break;
-      case 2: channel_block_all<2>(g, plan, copies, bias, y, o0, streamed); break;
-      default: channel_block_all<kChannelBlock>(g, plan, copies, bias, y, o0, streamed); break;
-    }
-}
-
-}  // namespace
-
 bool direct_conv_applies(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
   return p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && w[1] * w[2] * w[3] <= kDirectMaxTaps &&
          y[2] * y[3] >= vec8::kLanes && x[0] > 0 && y[1] > 0;
@@ -194,8 +164,11 @@ bool direct_conv_applies(const Shape& x, const Shape& w, const Shape& y, const C
 void direct_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                    const Conv2dParams& p) {
   const Shape &x = input.shape(), &w = weight.shape(), &y = out.shape();
-  const DirectGeometry g{x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], p};
-  const DirectPlan plan = plan_of(g, weight.data_ptr<float>());
+  // AVX-512 where the plane has a 16-position chunk; its blocks compute the same FMA chains.
+  const bool avx512 = cpu_capability() == CpuCapability::Avx512 && y[2] * y[3] >= 16;
+  const int64_t lanes = avx512 ? 16 : vec8::kLanes, block = avx512 ? kDirectAvx512ChannelBlock : kChannelBlock;
+  const DirectGeometry g{x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], p, lanes, block};
+  const DirectPlan plan = direct_plan(g, weight.data_ptr<float>());
   const float* xd = input.data_ptr<float>();
   const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* yd = out.data_ptr<float>();

@@ -22,4 +22,11 @@ bool direct_conv_applies(const Shape& x, const Shape& w, const Shape& y, const n
 void direct_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                    const native::Conv2dParams& params);
 
+// Whether the direct weight gradient (convolution_direct_weight.cpp) runs this convolution: where
+// direct_conv_applies with at least 16 output positions, on AVX-512 only (its tiles are).
+bool direct_weight_grad_applies(const Shape& x, const Shape& w, const Shape& y, const native::Conv2dParams& params);
+// conv2d_backward_weight_stub's contract, f32, where direct_weight_grad_applies.
+void direct_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
+                                   const native::Conv2dParams& params);
+
 }  // namespace ember::cpu

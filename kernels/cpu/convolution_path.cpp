@@ -1,5 +1,6 @@
 #include "kernels/cpu/convolution_path.h"
 
+#include "core/cpu_features.h"
 #include "core/forced_choice.h"
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_direct.h"
@@ -26,7 +27,8 @@ void set_conv_path(std::optional<ConvPath> path) {
 
 ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const Shape& y,
                        const native::Conv2dParams& params, bool has_bias) {
-  const bool direct = pass == ConvPass::Forward && direct_conv_applies(x, weight, y, params);
+  const bool direct = (pass == ConvPass::Forward && direct_conv_applies(x, weight, y, params)) ||
+                      (pass == ConvPass::BackwardWeight && direct_weight_grad_applies(x, weight, y, params));
   const bool onednn = onednn_conv_supports(pass, x, weight, y, params, has_bias);
   if (const auto forced = forced_path().get()) {
     if (*forced == ConvPath::Direct) return direct ? ConvPath::Direct : ConvPath::Gemm;
@@ -39,7 +41,10 @@ ConvPath conv_path_for(ConvPass pass, const Shape& x, const Shape& weight, const
   const int64_t channels = weight[1];
   if (!onednn || channels < kOneDnnMinChannels || weight[2] * weight[3] == 1 || x[0] < get_num_threads())
     return ConvPath::Gemm;
-  if (pass == ConvPass::BackwardWeight && channels > kOneDnnMaxWeightGradChannels) return ConvPath::Gemm;
+  // With AVX-512, oneDNN's weight gradient runs its AVX-512 kernels and leads at every width.
+  if (pass == ConvPass::BackwardWeight && channels > kOneDnnMaxWeightGradChannels &&
+      cpu_capability() != CpuCapability::Avx512)
+    return ConvPath::Gemm;
   return ConvPath::OneDnn;
 }
 

@@ -37,19 +37,51 @@
 // oneDNN's kernels gain (the 1x1 weight gradient takes dot products along the positions,
 // convolution_pointwise_weight.cpp).
 //
+// On an Intel Xeon with AVX-512 (family 6 model 207, 2 cores, measured FMA peak 193 GFLOP/s
+// per core; oneDNN runs its AVX-512 kernels; the same benchmark, one thread, best of 3 runs
+// alternating with the AVX2-era choice, GFLOP/s over CPU time):
+//
+//   shape (N)                          pass        path     Ember  reordered  blocked
+//   lenet c1 1->6 5x5 28x28 (64)       fwd         direct     98        38       65
+//                                      bwd_weight  direct     55        38       59
+//   fmnist c1 1->32 3x3 28x28 (128)    fwd         direct     87        38      101
+//                                      bwd_weight  direct     81        38      101
+//   fmnist c2 32->64 3x3 14x14 (128)   fwd         onednn    176       170      205
+//   resnet 64->64 3x3 56x56 (8)        bwd_weight  onednn    164       157      181
+//   resnet 64->128 3x3 s2 (8)          bwd_weight  onednn    143       142      162
+//   resnet 128->128 3x3 28x28 (8)      bwd_weight  onednn    179       177      189
+//   resnet 256->256 3x3 14x14 (8)      bwd_weight  onednn    174       176      187
+//   resnet 64->128 1x1 s2 56x56 (8)    fwd         gemm      118        73      149
+//                                      bwd_data    gemm       98        67      123
+//                                      bwd_weight  gemm      106        72      141
+//
+// There oneDNN's weight gradient leads the GEMM at every width (forced, the GEMM ran the
+// 64->64, 128->128 and 256->256 weight gradients at 113, 134 and 150 against oneDNN's 149,
+// 168 and 169), the direct kernel and the 1x1 kernels run 16 lanes wide
+// (convolution_direct_avx512.cpp, convolution_pointwise_images.cpp,
+// convolution_weight_dots_avx512.cpp), and a one-channel layer's weight gradient takes dot
+// products along the positions of the direct kernel's shifted copies
+// (convolution_direct_weight.cpp; the GEMM: 34 and 46). Every other pass is at 0.87 of the
+// blocked layout or above; the 1x1 stride-2 layer's three passes (0.76-0.79) read and write
+// NCHW rows, where oneDNN's blocked layout reads half the input lines and writes whole lines,
+// and its weight gradient waits on reading dY and x from memory.
+//
 // Dispatch (conv_path_for): a forward convolution on a one-channel input with at least
-// kDirectMinTaps taps (a 3x3 or 5x5 first layer) runs the direct kernel (convolution_direct.h).
+// kDirectMinTaps taps (a 3x3 or 5x5 first layer) runs the direct kernel (convolution_direct.h),
+// and with AVX-512 so does its weight gradient (direct_weight_grad_applies).
 // Other passes go to oneDNN when each group has at least kOneDnnMinChannels input channels (oneDNN's
 // blocked kernels block over channels; a 1-channel first layer leaves them mostly padding), the
 // kernel is larger than 1x1 (a 1x1 convolution does too little work per element for the
 // reorders to pay) and the batch has at least an image per thread (the oneDNN path splits the
-// batch over Ember's threads); the weight gradient only up to kOneDnnMaxWeightGradChannels
-// channels per group (with more, the GEMM's long rows win). Only what a path supports goes
-// there: oneDNN takes f32 (bf16/f16 run widened to f32), one group, no input-gradient bias
-// (conv_transpose2d's), non-negative end padding, not a 1x1 stride-1 convolution (its GEMM
-// needs no im2col); the direct kernel the forward pass with one group, unit strides, at most
-// kDirectMaxTaps taps and at least 8 output positions. EMBER_CONV_PATH=gemm|onednn|direct
-// (or set_conv_path) forces one wherever it supports the case, the GEMM elsewhere.
+// batch over Ember's threads); without AVX-512 the weight gradient only up to
+// kOneDnnMaxWeightGradChannels channels per group (with more, the GEMM's long rows win). Only
+// what a path supports goes there: oneDNN takes f32 (bf16/f16 run widened to f32), one group,
+// no input-gradient bias (conv_transpose2d's), non-negative end padding, not a 1x1 stride-1
+// convolution (its GEMM needs no im2col); the direct kernel the forward pass with one group,
+// unit strides, at most kDirectMaxTaps taps and at least 8 output positions, and with AVX-512
+// the weight gradient of the same convolutions with at least 16. EMBER_CONV_PATH=
+// gemm|onednn|direct (or set_conv_path) forces one wherever it supports the case, the GEMM
+// elsewhere.
 #pragma once
 #include <optional>
 
@@ -62,7 +94,8 @@ enum class ConvPass { Forward, BackwardInput, BackwardWeight };
 
 // Input channels per group from which oneDNN's blocked kernels win (the table above).
 inline constexpr int64_t kOneDnnMinChannels = 4;
-// Input channels per group up to which oneDNN's weight gradient wins (above, the GEMM's).
+// Input channels per group up to which oneDNN's weight gradient wins on AVX2 (above, the
+// GEMM's); with AVX-512 it wins at every width.
 inline constexpr int64_t kOneDnnMaxWeightGradChannels = 32;
 // Taps from which the direct kernel beats the GEMM on a one-channel input (3x3 and up; fewer
 // taps are untried).

@@ -39,16 +39,6 @@ void gather_run(float* d, const float* src, int64_t stride, int64_t len, const f
   for (; k < len; ++k) d[k] = src[k * stride];
 }
 
-// W [O, C] as row panels: panel r holds a[p * kRows + i] = W[r * kRows + i][p], zero past O.
-void pack_weight(const PointwiseGeometry& g, const float* w, float* packed) {
-  for (int64_t r = 0; r < row_panels(g); ++r)
-    for (int64_t p = 0; p < g.channels; ++p)
-      for (int64_t i = 0; i < kRows; ++i) {
-        const int64_t o = r * kRows + i;
-        packed[(r * g.channels + p) * kRows + i] = o < g.out_channels ? w[o * g.channels + p] : 0.0f;
-      }
-}
-
 // d[0, n) = 0 in whole vectors, so up to 7 zeros past d[n - 1] (covered like gather_run's).
 // The runs are mostly empty or a few floats: a memset call for each cost as much as the gather.
 void zero(float* d, int64_t n) {
@@ -155,6 +145,23 @@ void multiply_task(const PointwiseGeometry& g, const float* packed_w, const floa
 
 }  // namespace
 
+PointwiseTile pointwise_tile_for_this_cpu() {
+  if (packed_kernel_for_this_cpu() == PackedKernel::Avx512)
+    return {kPackedAvx512Rows, kPackedAvx512Cols, packed_micro_kernel_avx512, strided_b_micro_kernel_avx512,
+            streamed_b_micro_kernel_avx512};
+  return {kPackedAvx2Rows, kPackedAvx2Cols, packed_micro_kernel_avx2, strided_b_micro_kernel_avx2, nullptr};
+}
+
+void pack_pointwise_weight(const PointwiseGeometry& g, int64_t rows, const float* w, float* packed) {
+  const int64_t panels = (g.out_channels + rows - 1) / rows;
+  for (int64_t r = 0; r < panels; ++r)
+    for (int64_t p = 0; p < g.channels; ++p)
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t o = r * rows + i;
+        packed[(r * g.channels + p) * rows + i] = o < g.out_channels ? w[o * g.channels + p] : 0.0f;
+      }
+}
+
 bool pointwise_conv_applies(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
   const bool gathers = p.stride[0] != 1 || p.stride[1] != 1 || p.padding_begin[0] != 0 || p.padding_begin[1] != 0;
   return w[2] == 1 && w[3] == 1 && p.groups == 1 && gathers && x[1] > 0 && x[1] <= kPointwiseMaxChannels &&
@@ -163,10 +170,12 @@ bool pointwise_conv_applies(const Shape& x, const Shape& w, const Shape& y, cons
 
 void pointwise_conv2d(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                       const Conv2dParams& p) {
+  if (packed_kernel_for_this_cpu() == PackedKernel::Avx512)
+    return pointwise_conv2d_by_images(out, input, weight, bias, p);
   const Shape &x = input.shape(), &y = out.shape();
   const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
   float* packed_w = thread_scratch<float>(kPointwiseWeightSlot, size_t(row_panels(g) * g.channels * kRows));
-  pack_weight(g, weight.data_ptr<float>(), packed_w);
+  pack_pointwise_weight(g, kRows, weight.data_ptr<float>(), packed_w);
   const float* xd = input.data_ptr<float>();
   const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* yd = out.data_ptr<float>();

@@ -23,58 +23,73 @@ namespace {
 
 using native::Conv2dParams;
 
-constexpr int64_t kRows = kPackedAvx2Rows;
-constexpr int64_t kCols = kPackedAvx2Cols;
+// The transposed weight's row panels (t.rows input channels each).
+int64_t row_panels(const PointwiseGeometry& g, const PointwiseTile& t) { return (g.channels + t.rows - 1) / t.rows; }
 
-// The transposed weight's row panels (kRows input channels each); tasks of whole output rows,
-// about kPointwiseTaskCols positions: their rows, their count per image and the most panels one spans.
-int64_t row_panels(const PointwiseGeometry& g) { return (g.channels + kRows - 1) / kRows; }
-int64_t rows_per_task(const PointwiseGeometry& g) { return std::max<int64_t>(1, kPointwiseTaskCols / g.out_w); }
-int64_t tasks_per_image(const PointwiseGeometry& g) { return (g.out_h + rows_per_task(g) - 1) / rows_per_task(g); }
-int64_t max_panels(const PointwiseGeometry& g) { return (rows_per_task(g) * g.out_w + kCols - 1) / kCols; }
+// Output rows per task: about kPointwiseTaskCols positions. On the AVX-512 tile, the count from
+// there to twice it whose positions leave the last 32-column panel least empty (28-wide rows: 8
+// rows fill 7 panels, where 4 rows left half of a fourth panel zeros, a seventh of the multiplies
+// wasted).
+int64_t rows_per_task(const PointwiseGeometry& g, const PointwiseTile& t) {
+  const int64_t base = std::max<int64_t>(1, kPointwiseTaskCols / g.out_w);
+  if (t.cols == kPackedAvx2Cols) return base;
+  auto waste = [&](int64_t r) { return double((r * g.out_w + t.cols - 1) / t.cols * t.cols) / double(r * g.out_w); };
+  int64_t best = base;
+  for (int64_t r = base + 1; r <= 2 * base; ++r)
+    if (waste(r) < waste(best)) best = r;
+  return best;
+}
+int64_t tasks_per_image(const PointwiseGeometry& g, const PointwiseTile& t) {
+  return (g.out_h + rows_per_task(g, t) - 1) / rows_per_task(g, t);
+}
+// The most column panels one task spans.
+int64_t max_panels(const PointwiseGeometry& g, const PointwiseTile& t) {
+  return (rows_per_task(g, t) * g.out_w + t.cols - 1) / t.cols;
+}
 
-// W [O, C] transposed into row panels over C: panel r holds a[o * kRows + i] = W[o][r * kRows + i],
+// W [O, C] transposed into row panels over C: panel r holds a[o * rows + i] = W[o][r * rows + i],
 // zero past C.
-void pack_transposed_weight(const PointwiseGeometry& g, const float* w, float* packed) {
-  for (int64_t r = 0; r < row_panels(g); ++r)
+void pack_transposed_weight(const PointwiseGeometry& g, const PointwiseTile& t, const float* w, float* packed) {
+  for (int64_t r = 0; r < row_panels(g, t); ++r)
     for (int64_t o = 0; o < g.out_channels; ++o)
-      for (int64_t i = 0; i < kRows; ++i) {
-        const int64_t c = r * kRows + i;
-        packed[(r * g.out_channels + o) * kRows + i] = c < g.channels ? w[o * g.channels + c] : 0.0f;
+      for (int64_t i = 0; i < t.rows; ++i) {
+        const int64_t c = r * t.rows + i;
+        packed[(r * g.out_channels + o) * t.rows + i] = c < g.channels ? w[o * g.channels + c] : 0.0f;
       }
 }
 
-// The last panel's columns when fewer than kCols remain ([col0, col0 + cols) of one image's
-// dY): edge[o * kCols + j] = dy[o][col0 + j], zero past cols. Full panels are read in place.
-void pack_edge_panel(const PointwiseGeometry& g, const float* dy, int64_t col0, int64_t cols, float* edge) {
+// The last panel's columns when fewer than t.cols remain ([col0, col0 + cols) of one image's dY):
+// edge[o * t.cols + j] = dy[o][col0 + j], zero past cols. Full panels are read in place.
+void pack_edge_panel(const PointwiseGeometry& g, const PointwiseTile& t, const float* dy, int64_t col0, int64_t cols,
+                     float* edge) {
   for (int64_t o = 0; o < g.out_channels; ++o) {
     const float* src = dy + o * g.area() + col0;
-    std::copy(src, src + cols, edge + o * kCols);
-    std::fill(edge + o * kCols + cols, edge + (o + 1) * kCols, 0.0f);
+    std::copy(src, src + cols, edge + o * t.cols);
+    std::fill(edge + o * t.cols + cols, edge + (o + 1) * t.cols, 0.0f);
   }
 }
 
-// The compact tile [row_panels * kRows, ld] = W^T (zero rows past C) times dY's columns
+// The compact tile [row_panels * t.rows, ld] = W^T (zero rows past C) times dY's columns
 // [col0, col0 + cols) of one image: full panels read from dY in place, the last partial one from
 // `edge`. Panel by panel, so its dY lines stay in L1 while every row panel of the weight passes
 // over them; between panels a share of the next task's dY rows (`next`, next_cols columns, or
 // none when null) is asked for: its 100-odd short row pieces are too many streams for the
 // hardware prefetcher.
-void multiply(const PointwiseGeometry& g, const float* packed_w, const float* dy, int64_t col0, int64_t cols,
-              const float* edge, float* tile, const float* next, int64_t next_cols) {
-  const int64_t full = cols / kCols, panels = (cols + kCols - 1) / kCols, ld = panels * kCols;
+void multiply(const PointwiseGeometry& g, const PointwiseTile& t, const float* packed_w, const float* dy, int64_t col0,
+              int64_t cols, const float* edge, float* tile, const float* next, int64_t next_cols) {
+  const int64_t full = cols / t.cols, panels = (cols + t.cols - 1) / t.cols, ld = panels * t.cols;
   for (int64_t q = 0; q < panels; ++q) {
-    for (int64_t r = 0; r < row_panels(g); ++r) {
-      const float* a = packed_w + r * g.out_channels * kRows;
-      float* c = tile + r * kRows * ld + q * kCols;
+    for (int64_t r = 0; r < row_panels(g, t); ++r) {
+      const float* a = packed_w + r * g.out_channels * t.rows;
+      float* c = tile + r * t.rows * ld + q * t.cols;
       if (q < full)
-        strided_b_micro_kernel_avx2(g.out_channels, a, dy + col0 + q * kCols, g.area(), c, ld, 1.0f, 0.0f);
+        t.strided(g.out_channels, a, dy + col0 + q * t.cols, g.area(), c, ld, 1.0f, 0.0f);
       else
-        packed_micro_kernel_avx2(g.out_channels, a, edge, c, ld, 1.0f, 0.0f);
+        t.packed(g.out_channels, a, edge, c, ld, 1.0f, 0.0f);
     }
     if (next)
       for (int64_t o = q * g.out_channels / panels; o < (q + 1) * g.out_channels / panels; ++o)
-        for (int64_t j = 0; j < next_cols; j += kCols) __builtin_prefetch(next + o * g.area() + j);
+        for (int64_t j = 0; j < next_cols; j += 16) __builtin_prefetch(next + o * g.area() + j);
   }
 }
 
@@ -157,21 +172,22 @@ void pointwise_conv2d_backward_input(const Tensor& grad_input, const Tensor& gra
                                      const Tensor& bias, const Conv2dParams& p) {
   const Shape &x = grad_input.shape(), &y = grad_output.shape();
   const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
-  float* packed_w = thread_scratch<float>(kPointwiseWeightSlot, size_t(row_panels(g) * g.out_channels * kRows));
-  pack_transposed_weight(g, weight.data_ptr<float>(), packed_w);
+  const PointwiseTile t = pointwise_tile_for_this_cpu();
+  float* packed_w = thread_scratch<float>(kPointwiseWeightSlot, size_t(row_panels(g, t) * g.out_channels * t.rows));
+  pack_transposed_weight(g, t, weight.data_ptr<float>(), packed_w);
   const float* dyd = grad_output.data_ptr<float>();
   const float* bd = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* dxd = grad_input.data_ptr<float>();
-  const int64_t tasks = tasks_per_image(g), rows = rows_per_task(g);
+  const int64_t tasks = tasks_per_image(g, t), rows = rows_per_task(g, t);
   const int64_t x_image = g.channels * g.height * g.width, y_image = g.out_channels * g.area();
   parallel_for(0, x[0] * tasks, 1, [&](int64_t t0, int64_t t1) {
-    const int64_t tile_floats = row_panels(g) * kRows * max_panels(g) * kCols;
-    float* tile = thread_scratch<float>(kPointwiseTaskSlot, size_t(tile_floats + g.out_channels * kCols));
+    const int64_t tile_floats = row_panels(g, t) * t.rows * max_panels(g, t) * t.cols;
+    float* tile = thread_scratch<float>(kPointwiseTaskSlot, size_t(tile_floats + g.out_channels * t.cols));
     float* edge = tile + tile_floats;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n = t / tasks, k = t % tasks;
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t n = task / tasks, k = task % tasks;
       const int64_t oh0 = k * rows, oh1 = std::min(g.out_h, oh0 + rows);
-      const int64_t col0 = oh0 * g.out_w, cols = (oh1 - oh0) * g.out_w, ld = (cols + kCols - 1) / kCols * kCols;
+      const int64_t col0 = oh0 * g.out_w, cols = (oh1 - oh0) * g.out_w, ld = (cols + t.cols - 1) / t.cols * t.cols;
       // The dX rows this task owns: from its first output row's input row to the next task's
       // (the first task from row 0, the last to the bottom).
       const auto input_row = [&](int64_t oh) {
@@ -180,11 +196,11 @@ void pointwise_conv2d_backward_input(const Tensor& grad_input, const Tensor& gra
       const int64_t ih0 = k == 0 ? 0 : input_row(oh0), ih1 = k == tasks - 1 ? g.height : input_row(oh1);
       const float* dy_n = dyd + n * y_image;
       float* dx_n = dxd + n * x_image;
-      if (cols % kCols) pack_edge_panel(g, dy_n, col0 + cols / kCols * kCols, cols % kCols, edge);
+      if (cols % t.cols) pack_edge_panel(g, t, dy_n, col0 + cols / t.cols * t.cols, cols % t.cols, edge);
       const int64_t next_oh0 = k + 1 == tasks ? 0 : oh1, next_n = k + 1 == tasks ? n + 1 : n;
       const int64_t next_cols = (std::min(g.out_h, next_oh0 + rows) - next_oh0) * g.out_w;
-      const float* next = t + 1 < t1 ? dyd + next_n * y_image + next_oh0 * g.out_w : nullptr;
-      multiply(g, packed_w, dy_n, col0, cols, edge, tile, next, next_cols);
+      const float* next = task + 1 < t1 ? dyd + next_n * y_image + next_oh0 * g.out_w : nullptr;
+      multiply(g, t, packed_w, dy_n, col0, cols, edge, tile, next, next_cols);
       spread(g, tile, ld, oh0, ih0, ih1, bd, dx_n);
     }
   });

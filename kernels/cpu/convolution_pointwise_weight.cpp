@@ -5,13 +5,18 @@
 // input channels keeps 12 vector sums in registers and reads dY's rows where they lie, so
 // neither operand is transposed into panels (that packing, scalar and strided, was a third of
 // the time on a stride-2 layer). Images with few positions are taken a group at a time, the
-// tile summing the whole group before its one horizontal reduction.
+// tile summing the whole group before its one horizontal reduction. With AVX-512 the same sums
+// run 16 lanes at a time (convolution_weight_dots_avx512.h), bit for bit.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/convolution_pointwise.h"
+#include "kernels/cpu/convolution_pointwise_gather.h"
 #include "kernels/cpu/convolution_weight_chunks.h"
+#include "kernels/cpu/convolution_weight_dots_avx512.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec8.h"
 
@@ -29,52 +34,8 @@ constexpr int kTileO = 4;
 constexpr int kTileC = 3;
 // Positions a group of images spans at least, so a tile's reduction is a few percent of it.
 constexpr int64_t kGroupPositions = 1024;
-// Output rows ahead of the one gathered whose input row is prefetched.
-constexpr int64_t kPrefetchRows = 10;
-
-struct WeightGeometry {
-  int64_t channels, height, width, out_channels, out_h, out_w;
-  Conv2dParams p;
-  int64_t area() const { return out_h * out_w; }
-  // Xs's row stride: whole vectors, the tail zero.
-  int64_t row() const { return (area() + vec8::kLanes - 1) / vec8::kLanes * vec8::kLanes; }
-};
-
-// x [C, H, W] gathered into xs [C, row()]: xs[c][oh * Wo + ow] = x[c][oh * sh - top][ow * sw - left],
-// zero in the padding and past the area.
-void gather_rows(const WeightGeometry& g, const float* x, float* xs) {
-  const float* x_end = x + g.channels * g.height * g.width;
-  const int64_t sh = g.p.stride[0], sw = g.p.stride[1], top = g.p.padding_begin[0], left = g.p.padding_begin[1];
-  // Output columns [lo, hi) whose input column lies inside the image.
-  const int64_t lo = std::min(g.out_w, (left + sw - 1) / sw);
-  const int64_t hi = std::clamp<int64_t>((g.width - 1 + left) / sw + 1, lo, g.out_w);
-  for (int64_t c = 0; c < g.channels; ++c) {
-    float* out = xs + c * g.row();
-    for (int64_t oh = 0; oh < g.out_h; ++oh, out += g.out_w) {
-      const int64_t ih = oh * sh - top;
-      if (ih < 0 || ih >= g.height) {
-        std::fill(out, out + g.out_w, 0.0f);
-        continue;
-      }
-      const float* src = x + (c * g.height + ih) * g.width - left;
-      // The input row kPrefetchRows output rows on (in this channel or the next) is asked for
-      // now: waiting on each strided row's loads took most of the gather's time.
-      const float* ahead = x + (c * g.height + ih + kPrefetchRows * sh) * g.width;
-      if (ahead + g.width <= x_end)
-        for (int64_t k = 0; k < g.width; k += 16) __builtin_prefetch(ahead + k);
-      int64_t ow = 0;
-      for (; ow < lo; ++ow) out[ow] = 0.0f;
-      if (sw == 2)  // the common stride: two vectors de-interleaved per 8 outputs
-        for (; ow + 8 <= hi && 2 * (ow + 7) + 1 - left < g.width; ow += 8) {
-          const f8 a = vec8::load8(src + 2 * ow), b = vec8::load8(src + 2 * ow + 8);
-          vec8::store8(out + ow, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14));
-        }
-      for (; ow < hi; ++ow) out[ow] = src[ow * sw];
-      for (; ow < g.out_w; ++ow) out[ow] = 0.0f;
-    }
-    std::fill(xs + c * g.row() + g.area(), xs + (c + 1) * g.row(), 0.0f);
-  }
-}
+// Xs's row stride: whole vectors, the tail zero.
+int64_t row_stride(const PointwiseGeometry& g) { return (g.area() + vec8::kLanes - 1) / vec8::kLanes * vec8::kLanes; }
 
 // The lanes of four sums as one vector of their totals: (sum a, sum b, sum c, sum d).
 __m128 reduce4(f8 a, f8 b, f8 c, f8 d) {
@@ -87,9 +48,9 @@ __m128 reduce4(f8 a, f8 b, f8 c, f8 d) {
 // i < OB, j < CB. dY's last partial vector is loaded under a mask: past it lies the next row
 // (or the end of the tensor), which may hold anything.
 template <int OB, int CB>
-void tile(const WeightGeometry& g, const float* dy, int64_t dy_image, const float* xs, int64_t images, int64_t o0,
+void tile(const PointwiseGeometry& g, const float* dy, int64_t dy_image, const float* xs, int64_t images, int64_t o0,
           int64_t c0, float* dw) {
-  const int64_t area = g.area(), row = g.row(), full = area / vec8::kLanes * vec8::kLanes;
+  const int64_t area = g.area(), row = row_stride(g), full = area / vec8::kLanes * vec8::kLanes;
   const int64_t xs_image = g.channels * row;
   alignas(32) int32_t mask_lanes[vec8::kLanes];
   for (int k = 0; k < vec8::kLanes; ++k) mask_lanes[k] = k < area - full ? -1 : 0;
@@ -124,7 +85,7 @@ void tile(const WeightGeometry& g, const float* dy, int64_t dy_image, const floa
 }
 
 template <int OB>
-void tile_row(int cb, const WeightGeometry& g, const float* dy, int64_t dy_image, const float* xs, int64_t images,
+void tile_row(int cb, const PointwiseGeometry& g, const float* dy, int64_t dy_image, const float* xs, int64_t images,
               int64_t o0, int64_t c0, float* dw) {
   switch (cb) {
     case 1: return tile<OB, 1>(g, dy, dy_image, xs, images, o0, c0, dw);
@@ -135,10 +96,11 @@ void tile_row(int cb, const WeightGeometry& g, const float* dy, int64_t dy_image
 
 // dw += the gradient of `images` consecutive images (dY and x at their first), Xs gathered
 // into xs.
-void accumulate_group(const WeightGeometry& g, const float* dy, const float* x, int64_t images, float* xs,
+void accumulate_group(const PointwiseGeometry& g, const float* dy, const float* x, int64_t images, float* xs,
                       float* dw) {
   const int64_t x_image = g.channels * g.height * g.width, dy_image = g.out_channels * g.area();
-  for (int64_t n = 0; n < images; ++n) gather_rows(g, x + n * x_image, xs + n * g.channels * g.row());
+  for (int64_t n = 0; n < images; ++n)
+    gather_position_rows(g, x + n * x_image, 0, g.channels, xs + n * g.channels * row_stride(g), row_stride(g));
   for (int64_t o0 = 0; o0 < g.out_channels; o0 += kTileO)
     for (int64_t c0 = 0; c0 < g.channels; c0 += kTileC) {
       const int cb = int(std::min<int64_t>(kTileC, g.channels - c0));
@@ -156,16 +118,32 @@ void accumulate_group(const WeightGeometry& g, const float* dy, const float* x, 
 void pointwise_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_output, const Tensor& input,
                                       const Conv2dParams& p) {
   const Shape &x = input.shape(), &y = grad_output.shape();
-  const WeightGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
+  const PointwiseGeometry g{x[1], x[2], x[3], y[1], y[2], y[3], p};
   const int64_t x_image = g.channels * g.height * g.width, dy_image = g.out_channels * g.area();
   const int64_t group = std::max<int64_t>(1, kGroupPositions / g.area());
   const float* dyd = grad_output.data_ptr<float>();
   const float* xd = input.data_ptr<float>();
+  // On AVX-512: the rows gathered 16 lanes at a time, the same sums on 16-lane tiles.
+  const bool avx512 = cpu_capability() == CpuCapability::Avx512;
+  const WeightDots dots{g.out_channels, g.channels, g.area()};
   auto run_chunk = [&](int64_t n0, int64_t n1, float* acc) {
-    const int64_t most = std::min(group, n1 - n0);
-    float* xs = thread_scratch<float>(kGatheredSlot, size_t(most * g.channels * g.row()));
-    for (int64_t n = n0; n < n1; n += most)
-      accumulate_group(g, dyd + n * dy_image, xd + n * x_image, std::min(most, n1 - n), xs, acc);
+    const int64_t most = std::min(group, n1 - n0), gathered = most * g.channels * row_stride(g);
+    float* xs =
+        thread_scratch<float>(kGatheredSlot, size_t(gathered + (avx512 ? weight_dots_scratch_avx512(dots, most) : 0)));
+    std::vector<const float*> rows(avx512 ? size_t(most * g.channels) : 0);
+    for (int64_t n = n0; n < n1; n += most) {
+      const int64_t images = std::min(most, n1 - n);
+      if (!avx512) {
+        accumulate_group(g, dyd + n * dy_image, xd + n * x_image, images, xs, acc);
+        continue;
+      }
+      for (int64_t i = 0; i < images; ++i) {
+        float* image_rows = xs + i * g.channels * row_stride(g);
+        gather_position_rows(g, xd + (n + i) * x_image, 0, g.channels, image_rows, row_stride(g), true);
+        for (int64_t c = 0; c < g.channels; ++c) rows[size_t(i * g.channels + c)] = image_rows + c * row_stride(g);
+      }
+      weight_dots_avx512(dots, dyd + n * dy_image, dy_image, rows.data(), images, xs + gathered, acc);
+    }
   };
   sum_weight_gradient_over_chunks(x[0], grad_weight.data_ptr<float>(), grad_weight.numel(), kPartialSlot, run_chunk);
 }

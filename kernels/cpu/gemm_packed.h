@@ -117,5 +117,13 @@ void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int
 // AVX-512F code: call only where packed_kernel_available(PackedKernel::Avx512).
 void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                                 float beta);
+// The AVX-512 tile with B read in place, as strided_b_micro_kernel_avx2.
+void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                   float alpha, float beta);
+// That tile's C written past the cache with non-temporal stores, for a C larger than the caches
+// that is not read back soon: c 64-byte aligned, ldc a multiple of 16, beta 0 (not read). The
+// caller fences (_mm_sfence) before another thread reads C.
+void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                    float alpha, float beta);
 
 }  // namespace ember::cpu

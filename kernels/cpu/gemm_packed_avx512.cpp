@@ -34,9 +34,14 @@
 #endif
 
 namespace ember::cpu {
+namespace {
 
-void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                                float beta) {
+// The tile with B's rows ldb floats apart: the packed panel (ldb = kCols, aligned) or rows of a
+// row-major matrix read in place (unaligned). kStream: C's rows written with non-temporal
+// stores, nothing of C read or asked for beforehand (beta taken as 0).
+template <bool kPanel, bool kStream = false>
+[[gnu::always_inline]] inline void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                                              int64_t ldc, float alpha, float beta) {
   constexpr int kRows = kPackedAvx512Rows;
   constexpr int kCols = kPackedAvx512Cols;
   static_assert(kCols == 32, "two zmm vectors a row");
@@ -46,13 +51,14 @@ void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, floa
   // The C tile is read or written only after the loop; its lines (often out in L3 or memory
   // by then) arrive while the loop runs.
 #pragma GCC unroll 12
-  for (int i = 0; i < kRows; ++i) {
+  for (int i = 0; i < kRows && !kStream; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kCols - 1), _MM_HINT_T0);
   }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    const __m512 b0 = kPanel ? _mm512_load_ps(b) : _mm512_loadu_ps(b);
+    const __m512 b1 = kPanel ? _mm512_load_ps(b + 16) : _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < kRows; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
@@ -60,10 +66,16 @@ void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, floa
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
     a += kRows;
-    b += kCols;
+    b += kPanel ? kCols : ldb;
   }
   const __m512 va = _mm512_set1_ps(alpha);
-  if (beta == 0.0f) {
+  if (kStream) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kRows; ++i) {
+      _mm512_stream_ps(c + i * ldc, _mm512_mul_ps(va, acc0[i]));
+      _mm512_stream_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc1[i]));
+    }
+  } else if (beta == 0.0f) {
 #pragma GCC unroll 12
     for (int i = 0; i < kRows; ++i) {
       _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc0[i]));
@@ -78,6 +90,23 @@ void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, floa
       _mm512_storeu_ps(row + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(row + 16), _mm512_mul_ps(va, acc1[i])));
     }
   }
+}
+
+}  // namespace
+
+void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                float beta) {
+  tile_12x32<true>(kc, a, b, kPackedAvx512Cols, c, ldc, alpha, beta);
+}
+
+void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                   float alpha, float beta) {
+  tile_12x32<false>(kc, a, b, ldb, c, ldc, alpha, beta);
+}
+
+void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                    float alpha, float beta) {
+  tile_12x32<false, true>(kc, a, b, ldb, c, ldc, alpha, beta);
 }
 
 }  // namespace ember::cpu

@@ -3,7 +3,8 @@
 // depthwise, bias, unbatched, non-contiguous, size-1 dims, 1x1 convolutions that skip im2col),
 // in every float dtype; gradients against the reference's in f32 with one and two threads;
 // each CPU path (im2col + GEMM, oneDNN's blocked kernels, the direct few-tap kernel) forced,
-// and the automatic choice;
+// and the automatic choice at each CPU capability; the AVX-512 kernels against the AVX2 ones,
+// bit for bit;
 // gradcheck in f64; autocast; errors that name the op and the shapes.
 //
 // Tolerances follow tests/ops/test_linalg.cpp: each output is a k-term dot product (k =
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/native/convolution.h"
 #include "kernels/cpu/convolution_path.h"
 #include "kernels/reference/convolution.h"
@@ -88,6 +90,12 @@ int64_t taps(const Shape& weight) { return weight[1] * weight[2] * weight[3]; }
 struct ForcedConvPath {
   explicit ForcedConvPath(cpu::ConvPath path) { cpu::set_conv_path(path); }
   ~ForcedConvPath() { cpu::set_conv_path(std::nullopt); }
+};
+
+struct Capability {
+  explicit Capability(CpuCapability c) : saved(cpu_capability()) { set_cpu_capability(c); }
+  ~Capability() { set_cpu_capability(saved); }
+  CpuCapability saved;
 };
 
 struct ThreadCount {
@@ -284,6 +292,8 @@ TEST(Conv2d, EveryCpuPathMatchesReference) {
   // (the last row read by no window), an even one.
   cases.push_back({"1x1 stride 2 rows of 24", {2, 7, 9, 24}, {5, 7, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   cases.push_back({"1x1 stride 2 rows of 56", {3, 8, 12, 56}, {9, 8, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+  // An output past 1 MiB in whole 16-position rows: the AVX-512 forward writes it past the cache.
+  cases.push_back({"1x1 stride 2 streamed", {4, 16, 64, 64}, {72, 16, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true});
   // Padding deeper than a task's rows: the first tasks own no input row.
   cases.push_back({"1x1 padded rows of 70", {1, 5, 7, 66}, {4, 5, 1, 1}, {1, 1}, {3, 2}, {1, 1}, 1, true});
   for (cpu::ConvPath path : {cpu::ConvPath::Gemm, cpu::ConvPath::OneDnn, cpu::ConvPath::Direct}) {
@@ -328,41 +338,96 @@ TEST(Conv2d, ForwardAndInputGradientDoNotDependOnTheThreadCount) {
     }
 }
 
+// Where the CPU has AVX-512 the choice differs in two places (convolution_path.h): the weight
+// gradient goes to oneDNN at every width, and a one-channel layer's to the direct kernel's AVX-512
+// tiles. Checked at both capabilities (the AVX-512 one only on a CPU that has it).
 TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
   const native::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1};
   auto path = [&](cpu::ConvPass pass, int64_t channels, bool bias) {
     return cpu::conv_path_for(pass, {8, channels, 14, 14}, {16, channels, 3, 3}, {8, 16, 14, 14}, p, bias);
   };
-  const int64_t enough = cpu::kOneDnnMinChannels;
-  EXPECT_EQ(path(cpu::ConvPass::Forward, enough, true), cpu::ConvPath::OneDnn);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, false), cpu::ConvPath::OneDnn);
-  EXPECT_EQ(path(cpu::ConvPass::Forward, enough - 1, true), cpu::ConvPath::Gemm);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::OneDnn);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, cpu::kOneDnnMaxWeightGradChannels + 1, false), cpu::ConvPath::Gemm);
-  const native::Conv2dParams strided{{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1};
-  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 64, 14, 14}, {16, 64, 1, 1}, {8, 16, 7, 7}, strided, false),
-            cpu::ConvPath::Gemm);
-  // conv_transpose2d's bias on the input gradient: the GEMM path adds it.
-  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);
-  // A one-channel 5x5 layer's forward runs the direct kernel, its gradients the GEMM.
-  const native::Conv2dParams valid{{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
-  const Shape x1{8, 1, 28, 28}, w1{6, 1, 5, 5}, y1{8, 6, 24, 24};
-  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, x1, w1, y1, valid, true), cpu::ConvPath::Direct);
-  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardInput, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
-  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
-  // So does a one-channel 3x3 layer's.
-  EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, {8, 1, 28, 28}, {32, 1, 3, 3}, {8, 32, 28, 28}, p, true),
-            cpu::ConvPath::Direct);
-  {
-    ForcedConvPath forced(cpu::ConvPath::OneDnn);
-    EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
-    EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), cpu::ConvPath::OneDnn);
-    EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);  // not supported there
+  for (CpuCapability capability : {CpuCapability::Avx2, CpuCapability::Avx512}) {
+    Capability at(capability);
+    if (cpu_capability() != capability) continue;
+    const bool avx512 = capability == CpuCapability::Avx512;
+    SCOPED_TRACE(cpu_capability_name(capability));
+    const int64_t enough = cpu::kOneDnnMinChannels;
+    EXPECT_EQ(path(cpu::ConvPass::Forward, enough, true), cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, false), cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::Forward, enough - 1, true), cpu::ConvPath::Gemm);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, enough, false), cpu::ConvPath::OneDnn);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, cpu::kOneDnnMaxWeightGradChannels + 1, false),
+              avx512 ? cpu::ConvPath::OneDnn : cpu::ConvPath::Gemm);
+    const native::Conv2dParams strided{{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1};
+    EXPECT_EQ(
+        cpu::conv_path_for(cpu::ConvPass::Forward, {8, 64, 14, 14}, {16, 64, 1, 1}, {8, 16, 7, 7}, strided, false),
+        cpu::ConvPath::Gemm);
+    // conv_transpose2d's bias on the input gradient: the GEMM path adds it.
+    EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);
+    // A one-channel 5x5 layer's forward runs the direct kernel, its input
+    // gradient the GEMM, its weight gradient the direct kernel's tiles with AVX-512, else the GEMM.
+    const cpu::ConvPath weight_path = avx512 ? cpu::ConvPath::Direct : cpu::ConvPath::Gemm;
+    const native::Conv2dParams valid{{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+    const Shape x1{8, 1, 28, 28}, w1{6, 1, 5, 5}, y1{8, 6, 24, 24};
+    EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, x1, w1, y1, valid, true), cpu::ConvPath::Direct);
+    EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardInput, x1, w1, y1, valid, false), cpu::ConvPath::Gemm);
+    EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x1, w1, y1, valid, false), weight_path);
+    // So does a one-channel 3x3 layer's.
+    const Shape x3{8, 1, 28, 28}, w3{32, 1, 3, 3}, y3{8, 32, 28, 28};
+    EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::Forward, x3, w3, y3, p, true), cpu::ConvPath::Direct);
+    EXPECT_EQ(cpu::conv_path_for(cpu::ConvPass::BackwardWeight, x3, w3, y3, p, false), weight_path);
+    {
+      ForcedConvPath forced(cpu::ConvPath::OneDnn);
+      EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::OneDnn);
+      EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), cpu::ConvPath::OneDnn);
+      EXPECT_EQ(path(cpu::ConvPass::BackwardInput, enough, true), cpu::ConvPath::Gemm);  // not supported there
+    }
+    ForcedConvPath forced(cpu::ConvPath::Direct);
+    EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::Direct);
+    EXPECT_EQ(path(cpu::ConvPass::BackwardInput, 1, false), cpu::ConvPath::Gemm);  // forward and weight only
+    EXPECT_EQ(path(cpu::ConvPass::BackwardWeight, 1, false), weight_path);
+    EXPECT_EQ(path(cpu::ConvPass::Forward, 64, false), cpu::ConvPath::Gemm);  // too many taps
   }
-  ForcedConvPath forced(cpu::ConvPath::Direct);
-  EXPECT_EQ(path(cpu::ConvPass::Forward, 1, false), cpu::ConvPath::Direct);
-  EXPECT_EQ(path(cpu::ConvPass::BackwardInput, 1, false), cpu::ConvPath::Gemm);  // forward only
-  EXPECT_EQ(path(cpu::ConvPass::Forward, 64, false), cpu::ConvPath::Gemm);       // too many taps
+}
+
+// The AVX-512 kernels (the gathered 1x1 convolution's three passes, the direct forward kernel)
+// compute every value by the AVX2 kernels' arithmetic, so the two capabilities give the same bits:
+// on a CPU with AVX-512, each layer's forward and gradients at both, on the path that runs them at
+// both (a 1x1 stride-2 layer whose output passes 1 MiB, written past the cache; a padded 1x1 layer
+// with odd channel counts; a one-channel 3x3 layer on the direct kernel; a batch of one, which the
+// 1x1 forward splits within the image).
+TEST(Conv2d, Avx512KernelsGiveTheAvx2Bits) {
+  if (!cpu_features().avx512f) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Layer {
+    Shape input, weight, stride, padding;
+    cpu::ConvPath path;
+    bool weight_grad;  // the weight gradient runs the same path at both
+                       // capabilities
+  };
+  const Layer layers[] = {{{4, 16, 64, 64}, {72, 16, 1, 1}, {2, 2}, {0, 0}, cpu::ConvPath::Gemm, true},
+                          {{3, 21, 9, 13}, {11, 21, 1, 1}, {2, 2}, {1, 2}, cpu::ConvPath::Gemm, true},
+                          {{1, 40, 30, 29}, {13, 40, 1, 1}, {2, 2}, {0, 0}, cpu::ConvPath::Gemm, true},
+                          {{5, 1, 28, 28}, {7, 1, 3, 3}, {1, 1}, {1, 1}, cpu::ConvPath::Direct, false}};
+  for (const Layer& l : layers)
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(l.weight[1]) + " channels, threads " + std::to_string(threads));
+      ThreadCount tc(threads);
+      ForcedConvPath forced(l.path);
+      const Tensor x = random_tensor(l.input), w = random_tensor(l.weight), b = random_tensor({l.weight[0]});
+      const Tensor gy = random_tensor(conv2d(x, w, b, l.stride, l.padding, {1, 1}, 1).shape());
+      std::vector<float> results[2];
+      for (CpuCapability capability : {CpuCapability::Avx2, CpuCapability::Avx512}) {
+        Capability at(capability);
+        const Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_();
+        const Tensor y = conv2d(xg, wg, b, l.stride, l.padding, {1, 1}, 1);
+        y.backward(gy);
+        std::vector<float>& r = results[capability == CpuCapability::Avx512];
+        for (const Tensor& t : {y, xg.grad(), l.weight_grad ? wg.grad() : Tensor()})
+          if (t.defined())
+            for (float v : t.contiguous().to_vector<float>()) r.push_back(v);
+      }
+      EXPECT_EQ(results[0], results[1]);
+    }
 }
 
 TEST(Conv2d, GradcheckInF64) {
