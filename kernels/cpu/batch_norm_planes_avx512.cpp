@@ -1,6 +1,6 @@
 // Batch norm's plane walk on AVX-512 (kernels/cpu/batch_norm_planes_avx512.h). Everything after
-// the target pragma is compiled for AVX-512 and lives in this file only, so no AVX-512 code can
-// stand in for a function other files share.
+// the target pragma is compiled for AVX-512 (and PREFETCHW, which every AVX-512 processor has)
+// and lives in this file only, so no AVX-512 code can stand in for a function other files share.
 #include "kernels/cpu/batch_norm_planes_avx512.h"
 
 #include <immintrin.h>
@@ -14,7 +14,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,prfchw")
 #if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
 #endif
@@ -48,15 +48,23 @@ inline double total(__m512d v) {
 inline __mmask8 first8(int64_t n) { return __mmask8((1u << n) - 1); }
 
 // R planes side by side (independent chains of adds), each in the 8-lane code's order: whole
-// vectors of 8, then the last s % 8 elements padded with zeros.
+// vectors of 8, then the last s % 8 elements padded with zeros. Every other step fetches a line
+// `ahead` elements on (none when ahead is 0).
 template <int R>
-void planes_side_by_side(norm_lanes::Sums2* out, const float* v, const float* w, int64_t s) {
+void planes_side_by_side(norm_lanes::Sums2* out, const float* v, const float* w, int64_t s, int64_t ahead) {
   const bool same = v == w;
   PlaneSums acc[R];
   for (int r = 0; r < R; ++r) acc[r] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
   int64_t i = 0;
-  for (; i + 8 <= s; i += 8)
-    for (int r = 0; r < R; ++r) add_step(acc[r], _mm256_loadu_ps(v + r * s + i), _mm256_loadu_ps(w + r * s + i), same);
+  for (; i + 8 <= s; i += 8) {
+    if (ahead != 0 && i % 16 == 0)
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(v + ahead + r * s + i), _MM_HINT_T0);
+        if (!same) _mm_prefetch(reinterpret_cast<const char*>(w + ahead + r * s + i), _MM_HINT_T0);
+      }
+    for (int r = 0; r < R; ++r)
+      add_step(acc[r], _mm256_loadu_ps(v + r * s + i), _mm256_loadu_ps(w + r * s + i), same);
+  }
   if (i < s) {
     const __mmask8 m = first8(s - i);
     for (int r = 0; r < R; ++r)
@@ -89,12 +97,12 @@ inline __mmask16 lanes_from(int64_t count) {  // lanes >= count (count in [0, 16
   return count >= 16 ? __mmask16(0) : count <= 0 ? __mmask16(0xFFFF) : __mmask16(0xFFFFu << count);
 }
 
-// Vectors at the 64-byte boundaries of out (each store one whole cache line, which the core
-// may then claim without reading it first); a vector that meets a plane's end takes each
-// lane's form and coefficients from its own place.
+// Vectors at the 64-byte boundaries of out (each store one whole cache line); a vector that
+// meets a plane's end takes each lane's form and coefficients from its own place. Each whole
+// vector claims the line `ahead` elements on for writing (none when ahead is 0).
 template <bool kPair>
 void map_range(float* out, const float* p, const float* q, int64_t pb, int64_t pe, int64_t s, int64_t channels,
-               const float* a, const float* b, const float* d) {
+               const float* a, const float* b, const float* d, int64_t ahead) {
   const auto coefficients = [&](int64_t plane) {
     const int64_t c = plane % channels;
     return Coefficients{_mm512_set1_ps(a[c]), _mm512_set1_ps(kPair ? b[c] : 0.0f), _mm512_set1_ps(d[c])};
@@ -105,6 +113,7 @@ void map_range(float* out, const float* p, const float* q, int64_t pb, int64_t p
   Coefficients k = coefficients(plane), next = coefficients(plane + 1);
   while (e < stop) {
     if (e >= first && e + 16 <= last_begin) {
+      if (ahead != 0) _m_prefetchw(out + ahead + e);
       const __m512 pv = _mm512_loadu_ps(p + e);
       _mm512_storeu_ps(out + e, whole_form<kPair>(pv, kPair ? _mm512_loadu_ps(q + e) : pv, k));
       e += 16;
@@ -130,16 +139,17 @@ void map_range(float* out, const float* p, const float* q, int64_t pb, int64_t p
 
 }  // namespace
 
-void plane_pair_sums_avx512(norm_lanes::Sums2* out, const float* v, const float* w, int64_t planes, int64_t s) {
+void plane_pair_sums_avx512(norm_lanes::Sums2* out, const float* v, const float* w, int64_t planes, int64_t s,
+                            int64_t ahead) {
   int64_t p = 0;
-  for (; p + 2 <= planes; p += 2) planes_side_by_side<2>(out + p, v + p * s, w + p * s, s);
-  if (p < planes) planes_side_by_side<1>(out + p, v + p * s, w + p * s, s);
+  for (; p + 2 <= planes; p += 2) planes_side_by_side<2>(out + p, v + p * s, w + p * s, s, ahead);
+  if (p < planes) planes_side_by_side<1>(out + p, v + p * s, w + p * s, s, ahead);
 }
 
 void map_planes_avx512(float* out, const float* p, const float* q, int64_t pb, int64_t pe, int64_t s,
-                       int64_t channels, const float* a, const float* b, const float* d) {
-  if (q) map_range<true>(out, p, q, pb, pe, s, channels, a, b, d);
-  else map_range<false>(out, p, nullptr, pb, pe, s, channels, a, nullptr, d);
+                       int64_t channels, const float* a, const float* b, const float* d, int64_t ahead) {
+  if (q) map_range<true>(out, p, q, pb, pe, s, channels, a, b, d, ahead);
+  else map_range<false>(out, p, nullptr, pb, pe, s, channels, a, nullptr, d, ahead);
 }
 
 }  // namespace ember::cpu::batch_norm_planes

@@ -13,12 +13,17 @@
 namespace ember::cpu::batch_norm_planes {
 
 // out[p] = {sum v, sum v * w} over plane p of the `planes` planes of s elements from v and w
-// (w may equal v).
-void plane_pair_sums_avx512(norm_lanes::Sums2* out, const float* v, const float* w, int64_t planes, int64_t s);
+// (w may equal v). ahead != 0: the elements `ahead` past those read are fetched meanwhile, a line
+// at a time between the sums' steps (the next sample's planes, which no hardware prefetcher
+// follows to).
+void plane_pair_sums_avx512(norm_lanes::Sums2* out, const float* v, const float* w, int64_t planes, int64_t s,
+                            int64_t ahead);
 
 // out = p a + q b + d over planes [pb, pe) of s >= 16 elements, plane i taking the coefficients
 // of channel i % channels; q null: out = p a + d (b unused). As map_planes<true> / <false>.
+// ahead != 0: the lines of out `ahead` elements past those written are claimed for writing
+// meanwhile.
 void map_planes_avx512(float* out, const float* p, const float* q, int64_t pb, int64_t pe, int64_t s,
-                       int64_t channels, const float* a, const float* b, const float* d);
+                       int64_t channels, const float* a, const float* b, const float* d, int64_t ahead);
 
 }  // namespace ember::cpu::batch_norm_planes

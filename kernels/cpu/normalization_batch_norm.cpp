@@ -154,7 +154,7 @@ void batch_norm_backward_reduce_cpu(const Tensor& sum_dy, const Tensor& sum_dy_x
     channel_pair_sums(sdy, sxmu, dy.data_ptr<T>(), x.data_ptr<T>(), g);
     // sum dy (x - mean) = sum dy x - mean sum dy (products exact in double)
     const A* m = mean.data_ptr<A>();
-    for (int64_t c = 0; c < g.c; ++c) sxmu[c] -= double(m[c]) * sdy[c];
+    for (int64_t c = 0; c < g.c; ++c) sxmu[c] = bnc::centred_product_sum(sxmu[c], double(m[c]), sdy[c]);
   });
 }
 

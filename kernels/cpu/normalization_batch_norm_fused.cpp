@@ -45,6 +45,9 @@ int64_t channels_per_group(const ChannelGeometry& g, int arrays) {
   return std::max<int64_t>(1, kGroupBytes / channel_bytes);
 }
 
+// The distance in elements to sample i's next sample, or 0 when i is the last.
+inline int64_t next_sample(int64_t i, const ChannelGeometry& g) { return i + 1 < g.n ? g.c * g.s : 0; }
+
 // Runs the groups of at most `most` channels: the channels split evenly between the threads
 // first, each thread's share cut into groups of even size. A group's plane sums
 // (sums(plane_sums, c0, c1, sample)) go sample by sample beside the map of the group before it
@@ -69,25 +72,13 @@ void run_channel_groups(int64_t channels, int64_t most, int64_t samples, const S
   });
 }
 
-// Asks for the planes of channels [c0, c1) of sample i (one run in memory) to be fetched.
-template <typename T>
-void prefetch_run(const T* v, int64_t c0, int64_t c1, int64_t i, const ChannelGeometry& g) {
-  const char* first = reinterpret_cast<const char*>(v + (i * g.c + c0) * g.s);
-  const int64_t bytes = (c1 - c0) * g.s * int64_t(sizeof(T));
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(first + o, 0, 3);
-}
-
 // The plane sums of v and v * w over channels [c0, c1) of sample i, into plane_sums[i * (c1 - c0)
-// + channel - c0]; the next sample's run is fetched meanwhile (runs are an image apart, too far
-// for the hardware's prefetcher to follow).
+// + channel - c0], fetching the next sample's run meanwhile (runs are an image apart, too far
+// for the hardware's prefetchers to follow).
 template <typename T>
 void run_pair_sums(nl::Sums2* plane_sums, const T* v, const T* w, int64_t c0, int64_t c1, int64_t i,
                    const ChannelGeometry& g) {
-  if (i + 1 < g.n) {
-    prefetch_run(v, c0, c1, i + 1, g);
-    if (w != v) prefetch_run(w, c0, c1, i + 1, g);
-  }
-  bnc::plane_pair_sums(plane_sums + i * (c1 - c0), v, w, i * g.c + c0, i * g.c + c1, g.s);
+  bnc::plane_pair_sums(plane_sums + i * (c1 - c0), v, w, i * g.c + c0, i * g.c + c1, g.s, next_sample(i, g));
 }
 
 bool batch_norm_fused_forward_cpu(const Tensor& y, const Tensor& mean, const Tensor& invstd,
@@ -124,7 +115,7 @@ bool batch_norm_fused_forward_cpu(const Tensor& y, const Tensor& mean, const Ten
         },
         [&](int64_t c0, int64_t c1, int64_t i) {
           bnc::map_plane_range<T, A>(py, px, nullptr, scale.data(), nullptr, shift.data(), i * g.c + c0,
-                                     i * g.c + c1, g);
+                                     i * g.c + c1, g, next_sample(i, g));
         });
   });
   return taken;
@@ -158,14 +149,14 @@ bool batch_norm_fused_backward_cpu(const Tensor& dx, const Tensor& sum_dy, const
         [&](const nl::Sums2* plane_sums, int64_t c0, int64_t c1) {
           for (int64_t c = c0; c < c1; ++c) {
             const nl::Sums2 t = bnc::channel_total(plane_sums + (c - c0), c1 - c0, g.n, g.s);
-            // sum dy (x - mean) = sum dy x - mean sum dy, as the reduce piece makes it
             sdy[c] = t.a;
-            sxmu[c] = t.b - double(m[c]) * sdy[c];
+            sxmu[c] = bnc::centred_product_sum(t.b, double(m[c]), t.a);
             bnc::backward_coefficients(ca.data(), cb.data(), cd.data(), c, m, is, w, sdy, sxmu, count);
           }
         },
         [&](int64_t c0, int64_t c1, int64_t i) {
-          bnc::map_plane_range<T, A>(pdx, pdy, px, ca.data(), cb.data(), cd.data(), i * g.c + c0, i * g.c + c1, g);
+          bnc::map_plane_range<T, A>(pdx, pdy, px, ca.data(), cb.data(), cd.data(), i * g.c + c0, i * g.c + c1, g,
+                                     next_sample(i, g));
         });
   });
   return taken;
