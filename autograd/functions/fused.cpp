@@ -93,6 +93,9 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual_in, const Shape& n
                 xb_dt = x_bias.defined() ? x_bias.dtype() : DType::f32;
     const Shape ns = normalized_shape, xb_shape = x_bias.defined() ? x_bias.shape() : Shape{};
     const double scale = p > 0.0 ? 1.0 / (1.0 - p) : 1.0;
+    // One tensor for dx and dresidual, unless a leaf's gradient accumulator would copy it (it
+    // copies a tensor another consumer still holds): then two, written in the kernel's one pass.
+    const bool share = !x.is_leaf() && !residual.is_leaf();
     // h = dropout(x + x_bias) + residual, the kernel's, with a node to x, residual and x_bias that
     // keeps none of their data: the composed gradient under create_graph goes through it.
     Tensor h = native::reshape(r.saved.h, x.shape());
@@ -108,11 +111,11 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual_in, const Shape& n
     autograd::record(
         "AddLayerNormBackward", {x, residual, weight, bias, x_bias}, {r.y},
         [saved = r.saved, sh = autograd::save_with_history(h), ws = autograd::save_with_history(weight), need_dx,
-         need_dr, need_dw, need_db, need_dxb, x_dt, r_dt, w_dt, b_dt, xb_dt, ns, xb_shape, scale,
+         need_dr, need_dw, need_db, need_dxb, share, x_dt, r_dt, w_dt, b_dt, xb_dt, ns, xb_shape, scale,
          eps](const Tensors& g) -> Tensors {
           const Tensor wv = ws.unpack(), hv = sh.unpack();
           native::AddLayerNormGrads d = native::add_layer_norm_backward(g[0], saved, wv, x_dt, r_dt, scale, need_dx,
-                                                                        need_dr, need_dxb, need_dw, need_db);
+                                                                        need_dr, need_dxb, need_dw, need_db, share);
           auto shaped = [&](const Tensor& t, DType dt) {
             return t.defined() ? in_dtype(native::reshape(t, ns), dt) : t;
           };

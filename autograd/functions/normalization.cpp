@@ -113,18 +113,27 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
     y = lib.y;
     if (training) st = {lib.mean, lib.invstd};
   } else if (training) {
-    const native::BatchNormStats sums = native::batch_norm_stats(x);
-    // an empty batch has no statistics to move the running ones towards
-    const bool update = x.numel() > 0;
-    st = native::batch_norm_gather_stats(sums, x.dtype(), update ? running_mean : Tensor(),
-                                         update ? running_var : Tensor(), momentum, eps);
-    count = sums.count;
+    // one kernel where the device has one that takes the problem, else the pieces (the same values)
+    native::BatchNormFusedForward fused =
+        native::batch_norm_fused_forward(x, weight, bias, running_mean, running_var, momentum, eps);
+    if (fused.done) {
+      y = fused.y;
+      st = fused.stats;
+      count = fused.count;
+    } else {
+      const native::BatchNormStats sums = native::batch_norm_stats(x);
+      // an empty batch has no statistics to move the running ones towards
+      const bool update = x.numel() > 0;
+      st = native::batch_norm_gather_stats(sums, x.dtype(), update ? running_mean : Tensor(),
+                                           update ? running_var : Tensor(), momentum, eps);
+      count = sums.count;
+    }
   }
   if (!training && (!lib.done || needs_grad)) {
     st = native::batch_norm_fixed_stats(running_mean, running_var, x.dtype(), eps);
     st.mean = native::clone(st.mean);  // the running mean may change in place before backward
   }
-  if (!lib.done) y = native::batch_norm_elemt(x, st.mean, st.invstd, weight, bias);
+  if (!y.defined()) y = native::batch_norm_elemt(x, st.mean, st.invstd, weight, bias);
   if (needs_grad) {
     const AffineNormSaved sv = save_affine_norm(x, weight, bias);
     Tensor mean = st.mean, invstd = st.invstd;
@@ -135,6 +144,11 @@ Tensor batch_norm(const Tensor& input_in, const Tensor& running_mean, const Tens
         native::BatchNormLibraryGrads d = native::batch_norm_library_backward(
             g, xv, wv, s.bias.unpack(), mean, invstd, eps, s.need_dw, s.need_db);
         if (d.done) return {s.need_dx ? d.dx : Tensor(), d.dweight, d.dbias};
+      }
+      if (training && s.need_dx) {
+        native::BatchNormFusedGrads d =
+            native::batch_norm_fused_backward(g, xv, mean, invstd, wv, s.bias.unpack(), s.need_dw, s.need_db);
+        if (d.done) return {d.dx, d.reduced.dweight, d.reduced.dbias};
       }
       // the library's mean and invstd are the pieces' too; only the count is to be made
       const Tensor n = count.defined() || !training

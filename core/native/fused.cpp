@@ -161,7 +161,8 @@ AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const
 
 AddLayerNormGrads add_layer_norm_backward(const Tensor& grad, const AddLayerNormSaved& saved, const Tensor& weight,
                                           DType x_dtype, DType residual_dtype, double dropout_scale, bool need_dx,
-                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias) {
+                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias,
+                                          bool share) {
   constexpr const char* op = "add_layer_norm_backward";
   EMBER_CHECK(grad.shape() == saved.shape, op, ": gradient of shape ", grad.shape(),
               " does not match the output of shape ", saved.shape);
@@ -172,7 +173,7 @@ AddLayerNormGrads add_layer_norm_backward(const Tensor& grad, const AddLayerNorm
   const Device dev = h.device();
   const Tensor w = weight.defined() ? contiguous(reshape(to_dtype(weight, cd), {cols})) : Tensor();
   // dx equals dresidual without dropout: one tensor serves both when the dtypes agree.
-  const bool shared = need_dx && need_dresidual && !saved.keep.defined() && x_dtype == residual_dtype;
+  const bool shared = share && need_dx && need_dresidual && !saved.keep.defined() && x_dtype == residual_dtype;
   AddLayerNormGrads out;
   Tensor dx, dres;
   // f64 compute writes f64 gradients, converted to the inputs' dtypes at the end

@@ -77,10 +77,13 @@ AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const
 struct AddLayerNormGrads {
   Tensor dx, dresidual, dx_bias, dweight, dbias;  // dx_bias, dweight, dbias in the compute dtype
 };
-// Wanted gradients only; dx and dresidual are one tensor when they coincide (same dtype, no dropout).
+// Wanted gradients only; dx and dresidual are one tensor when they coincide (same dtype, no
+// dropout) and `share` allows it, else two tensors written by the same pass (cheaper than a copy
+// made later, as a leaf's gradient accumulator makes of a tensor another consumer holds).
 AddLayerNormGrads add_layer_norm_backward(const Tensor& grad, const AddLayerNormSaved& saved, const Tensor& weight,
                                           DType x_dtype, DType residual_dtype, double dropout_scale, bool need_dx,
-                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias);
+                                          bool need_dresidual, bool need_dx_bias, bool need_dweight, bool need_dbias,
+                                          bool share = true);
 
 // ---- scale + additive mask + softmax (+ dropout) over the last dim:
 //   y = dropout(softmax(x * scale + mask)).

@@ -18,6 +18,8 @@ EMBER_DEFINE_STUB(batch_norm_backward_reduce_stub);
 EMBER_DEFINE_STUB(batch_norm_backward_elemt_stub);
 EMBER_DEFINE_STUB(batch_norm_library_forward_stub);
 EMBER_DEFINE_STUB(batch_norm_library_backward_stub);
+EMBER_DEFINE_STUB(batch_norm_fused_forward_stub);
+EMBER_DEFINE_STUB(batch_norm_fused_backward_stub);
 EMBER_DEFINE_STUB(group_norm_stub);
 EMBER_DEFINE_STUB(group_norm_backward_stub);
 EMBER_DEFINE_STUB(rms_norm_stub);
@@ -162,6 +164,32 @@ Tensor as_stats(const Tensor& t, DType sd) { return t.defined() ? contiguous(to_
 
 Tensor f64_channel_vector(int64_t channels, Device device) { return make_tensor({channels}, DType::f64, device); }
 
+// dweight = sum_dy_xmu * invstd and dbias = sum_dy, when asked for, in the parameters' dtypes.
+void add_param_grads(BatchNormReduced& r, const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                     bool need_dweight, bool need_dbias) {
+  if (need_dweight && weight.defined())
+    r.dweight = to_dtype(binary(BinaryOp::Mul, r.sum_dy_xmu, invstd), weight.dtype());
+  if (need_dbias && bias.defined()) r.dbias = to_dtype(r.sum_dy, bias.dtype());
+}
+
+// The stub's kernel for `d`, or null where none is registered (no error: the pieces serve).
+template <typename Fn>
+Fn optional_kernel(const DispatchStub<Fn>& stub, Device d) {
+  return d.is_cpu() ? stub.cpu : stub.cuda;
+}
+
+// The channel geometry of a batch norm backward's input, after checking the gradient's shape
+// and the statistics.
+ChannelGeometry checked_backward_geometry(const Tensor& grad_out, const Tensor& input, const Tensor& mean,
+                                          const Tensor& invstd, const char* op) {
+  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
+              " does not match the input of shape ", input.shape());
+  const ChannelGeometry g = channel_geometry(input, op);
+  check_channel_vector(mean, "mean", input, g.c, op);
+  check_channel_vector(invstd, "invstd", input, g.c, op);
+  return g;
+}
+
 }  // namespace
 
 ChannelGeometry channel_geometry(const Tensor& input, const char* op) {
@@ -234,12 +262,8 @@ BatchNormReduced batch_norm_backward_reduce(const Tensor& grad_out, const Tensor
                                             const Tensor& invstd, const Tensor& weight, const Tensor& bias,
                                             bool need_dweight, bool need_dbias) {
   const char* op = "batch_norm_backward";
-  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
-              " does not match the input of shape ", input.shape());
-  const ChannelGeometry g = channel_geometry(input, op);
+  const ChannelGeometry g = checked_backward_geometry(grad_out, input, mean, invstd, op);
   const DType sd = stats_dtype(input.dtype());
-  check_channel_vector(mean, "mean", input, g.c, op);
-  check_channel_vector(invstd, "invstd", input, g.c, op);
   BatchNormReduced r{f64_channel_vector(g.c, input.device()), f64_channel_vector(g.c, input.device()), {}, {}};
   if (input.numel() == 0) {
     fill_(r.sum_dy, 0.0);
@@ -249,9 +273,7 @@ BatchNormReduced batch_norm_backward_reduce(const Tensor& grad_out, const Tensor
                                                              contiguous(to_dtype(grad_out, input.dtype())),
                                                              contiguous(input), as_stats(mean, sd), g);
   }
-  if (need_dweight && weight.defined())
-    r.dweight = to_dtype(binary(BinaryOp::Mul, r.sum_dy_xmu, invstd), weight.dtype());
-  if (need_dbias && bias.defined()) r.dbias = to_dtype(r.sum_dy, bias.dtype());
+  add_param_grads(r, invstd, weight, bias, need_dweight, need_dbias);
   return r;
 }
 
@@ -259,14 +281,10 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
                                  const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                                  const Tensor& sum_dy_xmu, const Tensor& count) {
   const char* op = "batch_norm_backward";
-  EMBER_CHECK(grad_out.shape() == input.shape(), op, ": gradient of shape ", grad_out.shape(),
-              " does not match the input of shape ", input.shape());
+  const ChannelGeometry g = checked_backward_geometry(grad_out, input, mean, invstd, op);
   EMBER_CHECK(sum_dy.defined() == sum_dy_xmu.defined(), op,
               ": sum_dy and sum_dy_xmu must both be given or both be undefined");
-  const ChannelGeometry g = channel_geometry(input, op);
   const DType sd = stats_dtype(input.dtype());
-  check_channel_vector(mean, "mean", input, g.c, op);
-  check_channel_vector(invstd, "invstd", input, g.c, op);
   const bool batch_stats = sum_dy.defined();
   if (batch_stats) {
     check_channel_vector(sum_dy, "sum_dy", input, g.c, op);
@@ -322,15 +340,58 @@ BatchNormMeanInvstd batch_norm_fixed_stats(const Tensor& running_mean, const Ten
           to_dtype(unary(UnaryOp::Rsqrt, binary(BinaryOp::Add, to_dtype(running_var, sd), eps)), sd)};
 }
 
+// ---- batch norm in training, fused
+
+BatchNormFusedForward batch_norm_fused_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                               const Tensor& running_mean, const Tensor& running_var, double momentum,
+                                               double eps) {
+  const char* op = "batch_norm";
+  const auto kernel = optional_kernel(batch_norm_fused_forward_stub, input.device());
+  if (kernel == nullptr || input.numel() == 0) return {};
+  const ChannelGeometry g = channel_geometry(input, op);
+  const DType sd = stats_dtype(input.dtype());
+  const Tensor x = contiguous(input);
+  const Tensor w = affine_param(weight, "weight", x, {g.c}, sd, op, "channels");
+  const Tensor b = affine_param(bias, "bias", x, {g.c}, sd, op, "channels");
+  // the kernel updates statistics in the stats dtype; others are updated through a copy
+  const Tensor rm = as_stats(running_mean, sd), rv = as_stats(running_var, sd);
+  BatchNormFusedForward r;
+  r.y = make_tensor(x.shape(), x.dtype(), x.device());
+  r.stats = {make_tensor({g.c}, sd, x.device()), make_tensor({g.c}, sd, x.device())};
+  if (!kernel(r.y, r.stats.mean, r.stats.invstd, rm, rv, x, w, b, g, momentum, eps)) return {};
+  if (rm.defined() && !rm.is_same(running_mean)) copy_(running_mean, rm);
+  if (rv.defined() && !rv.is_same(running_var)) copy_(running_var, rv);
+  r.count = make_tensor({1}, DType::f64, x.device());
+  fill_(r.count, double(g.n * g.s));
+  r.done = true;
+  return r;
+}
+
+BatchNormFusedGrads batch_norm_fused_backward(const Tensor& grad_out, const Tensor& input, const Tensor& mean,
+                                              const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                              bool need_dweight, bool need_dbias) {
+  const char* op = "batch_norm_backward";
+  const auto kernel = optional_kernel(batch_norm_fused_backward_stub, input.device());
+  if (kernel == nullptr || input.numel() == 0) return {};
+  const ChannelGeometry g = checked_backward_geometry(grad_out, input, mean, invstd, op);
+  const DType sd = stats_dtype(input.dtype());
+  const Tensor x = contiguous(input);
+  const Tensor w = affine_param(weight, "weight", x, {g.c}, sd, op, "channels");
+  BatchNormFusedGrads r;
+  r.dx = make_tensor(x.shape(), x.dtype(), x.device());
+  r.reduced.sum_dy = f64_channel_vector(g.c, x.device());
+  r.reduced.sum_dy_xmu = f64_channel_vector(g.c, x.device());
+  if (!kernel(r.dx, r.reduced.sum_dy, r.reduced.sum_dy_xmu, contiguous(to_dtype(grad_out, x.dtype())), x,
+              as_stats(mean, sd), as_stats(invstd, sd), w, g))
+    return {};
+  add_param_grads(r.reduced, invstd, weight, bias, need_dweight, need_dbias);
+  r.done = true;
+  return r;
+}
+
 // ---- batch norm through a library
 
 namespace {
-
-// The stub's kernel for `d`, or null where none is registered (no error: the pieces serve).
-template <typename Fn>
-Fn optional_kernel(const DispatchStub<Fn>& stub, Device d) {
-  return d.is_cpu() ? stub.cpu : stub.cuda;
-}
 
 // weight or bias as the library takes it: contiguous f32 [C], `fill` where undefined.
 Tensor library_param(const Tensor& p, const char* what, const Tensor& x, int64_t channels, double fill) {

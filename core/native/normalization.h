@@ -69,6 +69,24 @@ EMBER_DECLARE_STUB(batch_norm_backward_elemt_stub,
                             const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                             const Tensor& sum_dy_xmu, const Tensor& count, const ChannelGeometry& g));
 
+// Batch norm in training, one kernel per direction where the device has one (the CPU): the
+// values of the pieces, bit for bit, from fewer passes over the data. Each returns false,
+// having written nothing, when it does not take the problem (the caller then runs the pieces).
+// x, y, dy and dx are contiguous [n, c, s] in x's dtype; the [C] tensors are contiguous, in the
+// stats dtype but for the f64 sums.
+// Forward: y, mean and invstd as batch_norm_stats + batch_norm_gather_stats + batch_norm_elemt
+// give them over this input alone, running_mean and running_var (or both undefined) updated.
+EMBER_DECLARE_STUB(batch_norm_fused_forward_stub,
+                   bool (*)(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const ChannelGeometry& g, double momentum, double eps));
+// Backward: sum_dy and sum_dy_xmu as batch_norm_backward_reduce_stub gives them and dx as
+// batch_norm_backward_elemt_stub does from them, the count being n * s.
+EMBER_DECLARE_STUB(batch_norm_fused_backward_stub,
+                   bool (*)(const Tensor& dx, const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& dy,
+                            const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                            const ChannelGeometry& g));
+
 // Batch norm in one library call: cuDNN's on CUDA (no CPU kernel: the pieces above serve
 // there). Each returns false, having written nothing, when the library does not take the problem
 // (dtype, sizes, eps, or the library switched off); the caller then runs the pieces. x, y, dy
@@ -187,6 +205,32 @@ void check_batch_norm_args(const Tensor& input, const Tensor& running_mean, cons
 // Mean and invstd of fixed (running) statistics: running_mean and 1 / sqrt(running_var + eps).
 BatchNormMeanInvstd batch_norm_fixed_stats(const Tensor& running_mean, const Tensor& running_var, DType x_dtype,
                                            double eps);
+
+// Training batch_norm over this input alone through batch_norm_fused_forward_stub, where the
+// device has a kernel that takes the problem; `done` false (nothing computed, running
+// statistics untouched) otherwise. Arguments as batch_norm's, already checked; running
+// statistics of any floating dtype are updated in place. y, mean, invstd and count are those the
+// pieces give (batch_norm_stats' count).
+struct BatchNormFusedForward {
+  bool done = false;
+  Tensor y;
+  BatchNormMeanInvstd stats;
+  Tensor count;
+};
+BatchNormFusedForward batch_norm_fused_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                               const Tensor& running_mean, const Tensor& running_var, double momentum,
+                                               double eps);
+// The gradients of a training batch_norm over this input alone from its mean and invstd, through
+// batch_norm_fused_backward_stub; `done` false where no kernel takes the problem. dx always;
+// dweight / dbias as batch_norm_backward_reduce gives them (reduced.sum_dy and sum_dy_xmu too).
+struct BatchNormFusedGrads {
+  bool done = false;
+  Tensor dx;
+  BatchNormReduced reduced;
+};
+BatchNormFusedGrads batch_norm_fused_backward(const Tensor& grad_out, const Tensor& input, const Tensor& mean,
+                                              const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                              bool need_dweight, bool need_dbias);
 
 // batch_norm whole through the device's library (batch_norm_library_forward_stub) where it has
 // one that takes the problem; `done` false (nothing computed, running statistics untouched)

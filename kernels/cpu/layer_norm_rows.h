@@ -166,6 +166,7 @@ inline void layer_norm_apply_row(float* y, const float* h, int64_t n, RowStats s
 //   dh = rstd * (g w - mean(g w) - xhat mean(g w xhat)),  xhat = (h - mean) * rstd,
 // and, when dw / db are not null, dw[j] += g xhat and db[j] += g (float sums, which the callers
 // keep per fixed chunk of rows and add up in double). w may be null (ones). dh may alias g.
+// dh_copy, when not null, gets the same values (a second gradient tensor, written from registers).
 //
 // Two passes over a row that stays in L1: the first sums g w and g w xhat and updates dw / db,
 // the second recomputes xhat and g w and writes dh. g w and xhat are rounded before use in both
@@ -175,7 +176,7 @@ inline void layer_norm_apply_row(float* y, const float* h, int64_t n, RowStats s
 // g w to scratch and reading them back; rows two at a time (sharing the loads and stores of w,
 // dw and db) measured 20% slower, the pass being bound by its streams of loads and stores.
 inline void layer_norm_backward_row(float* dh, const float* g, const float* h, int64_t n, RowStats s, const float* w,
-                                    float* dw, float* db) {
+                                    float* dw, float* db, float* dh_copy = nullptr) {
   using namespace vec8;
   using ln_detail::fused_mul_add;
   using ln_detail::rounded;
@@ -211,12 +212,15 @@ inline void layer_norm_backward_row(float* dh, const float* g, const float* h, i
   for (; i + kLanes <= n; i += kLanes) {
     const f8 xv = rounded((load8(h + i) - mean) * rstd);
     const f8 gwv = w ? rounded(load8(g + i) * load8(w + i)) : load8(g + i);
-    store8(dh + i, rstd * fused_mul_add(-xv, f8{} + c, rounded(gwv - a)));
+    const f8 v = rstd * fused_mul_add(-xv, f8{} + c, rounded(gwv - a));
+    store8(dh + i, v);
+    if (dh_copy) store8(dh_copy + i, v);
   }
   for (; i < n; ++i) {
     const float xv = rounded((h[i] - mean) * rstd);
     const float gwv = w ? rounded(g[i] * w[i]) : g[i];
     dh[i] = rstd * fused_mul_add(-xv, c, rounded(gwv - a));
+    if (dh_copy) dh_copy[i] = dh[i];
   }
 }
 

@@ -7,18 +7,16 @@
 // inputs, small feature maps) are walked row by row ([c * s] contiguous elements), each chunk
 // of rows adding into its own column partials and the maps reading per-element coefficients.
 // Chunks have a fixed size and are added in order, so results do not depend on the thread
-// count. Sums are accumulated in double.
+// count. Sums are accumulated in double. The plane walk's steps are batch_norm_channels.h's,
+// which the one-pass training kernels (normalization_batch_norm_fused.cpp) share.
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
-#if defined(__AVX2__) && defined(__FMA__)
-#include "kernels/cpu/batch_norm_planes.h"
-#endif
+#include "kernels/cpu/batch_norm_channels.h"
 #include "kernels/cpu/normalization_lanes.h"
 #include "kernels/cpu/scratch.h"
 
@@ -27,10 +25,11 @@ namespace {
 
 using native::ChannelGeometry;
 namespace nl = cpu::norm_lanes;
+namespace bnc = cpu::batch_norm_channels;
+using bnc::kPlaneMin;
+using bnc::kTaskElements;
 
-constexpr int64_t kPlaneMin = 32;
-constexpr int64_t kTaskElements = 16384;  // elements per parallel task, about
-constexpr int64_t kMaxRowChunks = 64;     // bounds the column partials of the row walk
+constexpr int64_t kMaxRowChunks = 64;  // bounds the column partials of the row walk
 
 // out_a[c] = sum of v, out_b[c] = sum of v * w over the n and s of channel c.
 template <typename T>
@@ -41,27 +40,13 @@ void channel_pair_sums(double* out_a, double* out_b, const T* v, const T* w, con
     // added in order and the chunks added in order.
     const int64_t planes = g.n * g.c;
     auto* plane_sums = cpu::thread_scratch<nl::Sums2>(0, size_t(planes));
-    parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
-      int64_t p = pb;
-      if constexpr (std::is_same_v<T, float>)  // two planes at a time: independent add chains
-        for (; p + 2 <= pe; p += 2) nl::adjacent_pair_sums<2, true>(v + p * g.s, w + p * g.s, g.s, plane_sums + p);
-      for (; p < pe; ++p) plane_sums[p] = nl::run_pair_sums(v + p * g.s, w + p * g.s, g.s);
+    parallel_for(0, planes, bnc::planes_per_chunk(g.s), [&](int64_t pb, int64_t pe) {
+      bnc::plane_pair_sums(plane_sums + pb, v, w, pb, pe, g.s);
     });
-    const int64_t per_chunk = std::max<int64_t>(1, kTaskElements / g.s);
     for (int64_t c = 0; c < g.c; ++c) {
-      double a = 0, b = 0;
-      for (int64_t k = 0; k * per_chunk < g.n; ++k) {
-        nl::Sums2 acc;
-        for (int64_t i = k * per_chunk; i < std::min(g.n, (k + 1) * per_chunk); ++i) {
-          const nl::Sums2& r = plane_sums[i * g.c + c];
-          acc.a += r.a;
-          acc.b += r.b;
-        }
-        a += acc.a;
-        b += acc.b;
-      }
-      out_a[c] = a;
-      out_b[c] = b;
+      const nl::Sums2 total = bnc::channel_total(plane_sums + c, g.c, g.n, g.s);
+      out_a[c] = total.a;
+      out_b[c] = total.b;
     }
     return;
   }
@@ -95,19 +80,8 @@ template <typename T, typename A>
 void channel_map(T* out, const T* p, const T* q, const A* a, const A* b, const A* d, const ChannelGeometry& g) {
   if (g.s >= kPlaneMin) {
     const int64_t planes = g.n * g.c;
-    parallel_for(0, planes, std::max<int64_t>(1, kTaskElements / g.s), [&](int64_t pb, int64_t pe) {
-#if defined(__AVX2__) && defined(__FMA__)
-      if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
-        if (q) cpu::batch_norm_planes::map_planes<true>(out, p, q, pb, pe, g.s, g.c, a, b, d);
-        else cpu::batch_norm_planes::map_planes<false>(out, p, nullptr, pb, pe, g.s, g.c, a, nullptr, d);
-        return;
-      }
-#endif
-      for (int64_t i = pb; i < pe; ++i) {
-        const int64_t c = i % g.c, off = i * g.s;
-        if (q) nl::combine(out + off, p + off, q + off, g.s, a[c], b[c], d[c]);
-        else nl::scale_shift(out + off, p + off, g.s, a[c], d[c]);
-      }
+    parallel_for(0, planes, bnc::planes_per_chunk(g.s), [&](int64_t pb, int64_t pe) {
+      bnc::map_plane_range(out, p, q, a, b, d, pb, pe, g);
     });
     return;
   }
@@ -145,16 +119,9 @@ void batch_norm_gather_cpu(const Tensor& mean, const Tensor& invstd, const Tenso
       const double n = count.data_ptr<double>()[0];
       const double* s = sum.data_ptr<double>();
       const double* ss = sumsq.data_ptr<double>();
-      A* rm = running_mean.defined() ? running_mean.data_ptr<A>() : nullptr;
-      A* rv = running_var.defined() ? running_var.data_ptr<A>() : nullptr;
-      for (int64_t c = 0; c < channels; ++c) {
-        const double m = s[c] / n;
-        const double var = std::max(0.0, ss[c] / n - m * m);
-        mean.data_ptr<A>()[c] = A(m);
-        invstd.data_ptr<A>()[c] = A(1.0 / std::sqrt(var + eps));
-        if (rm) rm[c] = A((1 - momentum) * double(rm[c]) + momentum * m);
-        if (rv) rv[c] = A((1 - momentum) * double(rv[c]) + momentum * var * n / (n - 1));
-      }
+      const auto running = bnc::running_stats<A>(running_mean, running_var, momentum);
+      for (int64_t c = 0; c < channels; ++c)
+        bnc::gather_channel(mean.data_ptr<A>(), invstd.data_ptr<A>(), running, c, s[c], ss[c], n, eps);
     } else {
       EMBER_FAIL("batch_norm_gather_stats: statistics must be f32 or f64, got ", dtype_name(mean.dtype()));
     }
@@ -172,10 +139,7 @@ void batch_norm_elemt_cpu(const Tensor& y, const Tensor& x, const Tensor& mean, 
     const A* b = nl::data_or_null<A>(bias);
     // y = x * scale + shift, scale = invstd * w, shift = b - mean * scale
     std::vector<A> scale(size_t(g.c)), shift(size_t(g.c));
-    for (int64_t c = 0; c < g.c; ++c) {
-      scale[size_t(c)] = is[c] * (w ? w[c] : A(1));
-      shift[size_t(c)] = (b ? b[c] : A(0)) - m[c] * scale[size_t(c)];
-    }
+    for (int64_t c = 0; c < g.c; ++c) bnc::forward_coefficients(scale.data(), shift.data(), c, m, is, w, b);
     channel_map<T, A>(y.data_ptr<T>(), x.data_ptr<T>(), nullptr, scale.data(), nullptr, shift.data(), g);
   });
 }
@@ -190,7 +154,7 @@ void batch_norm_backward_reduce_cpu(const Tensor& sum_dy, const Tensor& sum_dy_x
     channel_pair_sums(sdy, sxmu, dy.data_ptr<T>(), x.data_ptr<T>(), g);
     // sum dy (x - mean) = sum dy x - mean sum dy (products exact in double)
     const A* m = mean.data_ptr<A>();
-    for (int64_t c = 0; c < g.c; ++c) sxmu[c] -= double(m[c]) * sdy[c];
+    for (int64_t c = 0; c < g.c; ++c) sxmu[c] = bnc::centred_product_sum(sxmu[c], double(m[c]), sdy[c]);
   });
 }
 
@@ -206,17 +170,9 @@ void batch_norm_backward_elemt_cpu(const Tensor& dx, const Tensor& dy, const Ten
     const double* sdy = nl::data_or_null<double>(sum_dy);
     const double* sxmu = nl::data_or_null<double>(sum_dy_xmu);
     const double n = count.defined() ? count.data_ptr<double>()[0] : 1.0;
-    // dx = (dy - sdy / n - (x - mean) k) a with a = invstd w, k = invstd^2 sxmu / n
-    //    = dy a + x (-k a) + (mean k - sdy / n) a
     std::vector<A> ca(size_t(g.c)), cb(size_t(g.c)), cd(size_t(g.c));
-    for (int64_t c = 0; c < g.c; ++c) {
-      const double a = double(is[c]) * (w ? double(w[c]) : 1.0);
-      const double k = sxmu ? double(is[c]) * double(is[c]) * sxmu[c] / n : 0.0;
-      const double mdy = sdy ? sdy[c] / n : 0.0;
-      ca[size_t(c)] = A(a);
-      cb[size_t(c)] = A(-k * a);
-      cd[size_t(c)] = A((double(m[c]) * k - mdy) * a);
-    }
+    for (int64_t c = 0; c < g.c; ++c)
+      bnc::backward_coefficients(ca.data(), cb.data(), cd.data(), c, m, is, w, sdy, sxmu, n);
     channel_map<T, A>(dx.data_ptr<T>(), dy.data_ptr<T>(), x.data_ptr<T>(), ca.data(), cb.data(), cd.data(), g);
   });
 }

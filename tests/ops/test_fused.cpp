@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/native/fused.h"
 #include "kernels/cpu/dropout_mask.h"
 #include "kernels/reference/fused.h"
 #include "kernels/reference/nn_functional.h"
@@ -394,6 +395,30 @@ TEST(AddLayerNorm, SameResultsWhateverTheThreadCount) {
   };
   auto [one_plain, two_plain] = with_one_and_two_threads(run_plain);
   EXPECT_TRUE(same_bits(one_plain, two_plain));
+}
+
+TEST(AddLayerNorm, LeafInputsGetTheirOwnGradientsFromTheKernel) {
+  // dx equals dresidual without dropout: one tensor for both, or (share = false, as autograd asks
+  // when a leaf's accumulator would copy a shared tensor) two written by the kernel, same bits
+  const Tensor x = random_tensor({37, 45}), r = random_tensor({37, 45}), w = random_tensor({45});
+  const Tensor g = random_tensor({37, 45});
+  const native::AddLayerNormResult fwd =
+      native::add_layer_norm(x, r, {45}, w, Tensor(), Tensor(), 1e-5, 0.0, DType::f32);
+  const auto backward = [&](bool share) {
+    return native::add_layer_norm_backward(g, fwd.saved, w, DType::f32, DType::f32, 1.0, true, true, false, false,
+                                           false, share);
+  };
+  const native::AddLayerNormGrads shared = backward(true), own = backward(false);
+  EXPECT_EQ(shared.dx.raw_data(), shared.dresidual.raw_data());
+  EXPECT_NE(own.dx.raw_data(), own.dresidual.raw_data());
+  EXPECT_TRUE(same_bits(own.dx, shared.dx));
+  EXPECT_TRUE(same_bits(own.dresidual, shared.dx));
+  // through autograd, two leaves: their own buffers, the same values
+  Tensor xl = x.detach().requires_grad_(), rl = r.detach().requires_grad_();
+  add_layer_norm(xl, rl, {45}, w, Tensor()).backward(g);
+  EXPECT_NE(xl.grad().raw_data(), rl.grad().raw_data());
+  EXPECT_TRUE(same_bits(xl.grad(), shared.dx));
+  EXPECT_TRUE(same_bits(rl.grad(), shared.dx));
 }
 
 TEST(AddLayerNorm, ARowGivesTheSameBitsAloneOrAmongOthers) {
