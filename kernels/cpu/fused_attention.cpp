@@ -91,18 +91,21 @@ const T* as_operand(const A* src, int64_t r0, int64_t r1, int64_t width, int64_t
 
 // R rows (n unscaled scores q.k each) into probabilities: scaled, masked, exponentiated and
 // normalised with the saved statistics st = {max, 1 / sum} of each row, or with new ones written
-// there. Float rows share kernels/cpu/fused_softmax_rows.h with scaled_masked_softmax.
+// there. Float rows share kernels/cpu/fused_softmax_rows.h with scaled_masked_softmax (on 16
+// lanes where wide).
 template <int R>
-void softmax_rows(float* const* rows, int64_t n, const float* const* mask, float scale, float* st, bool compute) {
+void softmax_rows(float* const* rows, int64_t n, const float* const* mask, float scale, float* st, bool compute,
+                  bool wide) {
   if (compute) {
-    cpu::scaled_masked_softmax_rows<R, float>(rows, rows, mask, scale, n, st);
+    cpu::scaled_masked_softmax_rows<R, float>(rows, rows, mask, scale, n, st, wide);
   } else {
-    cpu::scaled_masked_softmax_rows_again<R, float>(rows, rows, mask, scale, n, st);
+    cpu::scaled_masked_softmax_rows_again<R, float>(rows, rows, mask, scale, n, st, wide);
   }
 }
 
 template <int R>
-void softmax_rows(double* const* rows, int64_t n, const double* const* mask, double scale, double* st, bool compute) {
+void softmax_rows(double* const* rows, int64_t n, const double* const* mask, double scale, double* st, bool compute,
+                  bool /*wide*/) {
   static_assert(R == 1, "double rows go one at a time");
   double* row = rows[0];
   for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale + (mask[0] ? mask[0][j] : 0.0);
@@ -147,11 +150,11 @@ void softmax_grad_row(double* dr, const double* p, int64_t n, double scale) {
 
 // Rows [i0, i1) of the pair's probabilities into s (ld len_k): the scores q k^T over the block's
 // keys, then each row's softmax over the keys it sees (zeros up to `zero_to` beyond them).
-// mask_buf holds two rows of len_k.
+// mask_buf holds two rows of len_k. wide: float rows on 16 lanes (cpu::wide_rows()).
 template <typename T, typename A>
 void probability_rows(const AttentionProblem& a, int64_t pair, int64_t i0, int64_t i1, Rows<const T> q,
                       Rows<const T> k, const cpu::MaskRows<A>& masks, A* mask_buf, A* stats, bool compute_stats,
-                      A* s, int64_t zero_to) {
+                      A* s, int64_t zero_to, bool wide) {
   const int64_t len_k = a.len_k;
   product(false, true, i1 - i0, block_width(a, i1), a.dim_qk, q.p + i0 * q.ld, q.ld, k.p, k.ld, s + i0 * len_k, len_k);
   // rows i .. i + R - 1, which see the same keys
@@ -164,7 +167,7 @@ void probability_rows(const AttentionProblem& a, int64_t pair, int64_t i0, int64
       row[t] = s + (i + t) * len_k;
       mr[t] = masks.defined() ? masks.row(r + t, len_k, mask_buf + t * len_k) : nullptr;
     }
-    softmax_rows<R>(row, n, mr, A(a.scale), stats + 2 * r, compute_stats);
+    softmax_rows<R>(row, n, mr, A(a.scale), stats + 2 * r, compute_stats, wide);
     for (int t = 0; t < R; ++t) std::fill(row[t] + n, row[t] + std::max(n, zero_to), A(0));
   };
   // rows in pairs where they see the same keys: float rows of a problem that is not causal
@@ -205,6 +208,7 @@ void attention_forward(const AttentionProblem& a, const AttentionOperand& out, c
   const uint32_t threshold = d.active() ? cpu::dropout_threshold(d.p) : 0;
   const cpu::MaskRows<A> masks(a.mask, {a.outer, a.inner, len_q, len_k});
   const int64_t block = block_rows(a);
+  const bool wide = cpu::wide_rows();
   parallel_for(0, a.pairs(), 1, [&](int64_t p0, int64_t p1) {
     A* s = cpu::thread_scratch<A>(0, size_t(square));
     A* mask_buf = cpu::thread_scratch<A>(1, 2 * size_t(len_k));
@@ -215,7 +219,7 @@ void attention_forward(const AttentionProblem& a, const AttentionOperand& out, c
       const Rows<T> o = rows_of<T>(out, pair, a.inner);
       for (int64_t i0 = 0; i0 < len_q; i0 += block) {
         const int64_t i1 = std::min(len_q, i0 + block), w = block_width(a, i1);
-        probability_rows<T, A>(a, pair, i0, i1, q, k, masks, mask_buf, st, true, s, w);
+        probability_rows<T, A>(a, pair, i0, i1, q, k, masks, mask_buf, st, true, s, w, wide);
         if (kp) {
           uint8_t* kr = kp + pair * square;
           cpu::dropout_keep_mask(d.state, threshold, pair * square + i0 * len_k, (i1 - i0) * len_k, kr + i0 * len_k);
@@ -238,6 +242,7 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
   const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
   const cpu::MaskRows<A> masks(a.mask, {a.outer, a.inner, len_q, len_k});
   const int64_t block = block_rows(a);
+  const bool wide = cpu::wide_rows();
   parallel_for(0, a.pairs(), 1, [&](int64_t p0, int64_t p1) {
     A* p = cpu::thread_scratch<A>(0, size_t(square));
     A* pd = cpu::thread_scratch<A>(1, kp ? size_t(square) : 0);
@@ -253,7 +258,8 @@ void attention_backward(const AttentionProblem& a, const AttentionOperand& grad,
       // P (whole rows, zero past the keys a row sees: the dV and dK products read columns), and
       // P_drop that multiplied v
       for (int64_t i0 = 0; i0 < len_q; i0 += block)
-        probability_rows<T, A>(a, pair, i0, std::min(len_q, i0 + block), q, k, masks, mask_buf, st, false, p, len_k);
+        probability_rows<T, A>(a, pair, i0, std::min(len_q, i0 + block), q, k, masks, mask_buf, st, false, p, len_k,
+                               wide);
       const A* p_drop = p;
       if (kr) {
         drop_row(pd, p, kr, dropout_scale, square);

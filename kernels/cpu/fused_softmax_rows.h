@@ -5,6 +5,7 @@
 //   each row's bits the same alone or in a group).
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -65,6 +66,9 @@ class MaskRows {
     }
   }
   bool defined() const { return defined_; }
+  // How many rows in turn share one mask row: a run of them starts at every multiple of this (the
+  // size of the innermost dim where the mask broadcasts over it, else 1).
+  int64_t rows_sharing_a_row() const { return !sizes_.empty() && strides_.back() == 0 ? sizes_.back() : 1; }
 
   const A* row(int64_t r, int64_t len, A* buf) const {
     // a division a dim but the outermost (r is below the row count); none for a stride-0 dim's index
@@ -104,15 +108,20 @@ class MaskRows {
   std::vector<int64_t> sizes_, strides_;
 };
 
+// One score, x * scale + mask rounded once, or x * scale where there is no mask (mask null). The
+// FMA is spelled out, so every compiler rounds it alike and the 16-lane kernels
+// (kernels/cpu/softmax_avx512.cpp) can repeat it.
+EMBER_LANES_INLINE f8 score8(f8 x, float scale, const float* mask) {
+  return mask ? vec8::fma_lanes(x, f8{} + scale, load8(mask)) : x * scale;
+}
+inline float score(float x, float scale, const float* mask) { return mask ? std::fma(x, scale, *mask) : x * scale; }
+
 // v = x * scale + mask (mask may be null).
 template <typename T>
 void scores_row(float* v, const T* x, const float* mask, float scale, int64_t n) {
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const f8 s = load8(x + i) * scale;
-    store8(v + i, mask ? s + load8(mask + i) : s);
-  }
-  for (; i < n; ++i) v[i] = float(x[i]) * scale + (mask ? mask[i] : 0.0f);
+  for (; i + kLanes <= n; i += kLanes) store8(v + i, score8(load8(x + i), scale, mask ? mask + i : nullptr));
+  for (; i < n; ++i) v[i] = score(float(x[i]), scale, mask ? mask + i : nullptr);
 }
 
 // scores_row, also giving the max of v (NaNs ignored, as rows_max): the scores are still in
@@ -123,22 +132,21 @@ float scores_row_max(float* v, const T* x, const float* mask, float scale, int64
   f8 a = f8{} + ninf, b = a;  // two lanes of maxima, as in rows_max
   int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    const f8 s = load8(x + i) * scale, s2 = load8(x + i + kLanes) * scale;
-    const f8 w = mask ? s + load8(mask + i) : s, w2 = mask ? s2 + load8(mask + i + kLanes) : s2;
+    const f8 w = score8(load8(x + i), scale, mask ? mask + i : nullptr);
+    const f8 w2 = score8(load8(x + i + kLanes), scale, mask ? mask + i + kLanes : nullptr);
     store8(v + i, w);
     store8(v + i + kLanes, w2);
     a = w > a ? w : a;
     b = w2 > b ? w2 : b;
   }
   for (; i + kLanes <= n; i += kLanes) {
-    const f8 s = load8(x + i) * scale;
-    const f8 w = mask ? s + load8(mask + i) : s;
+    const f8 w = score8(load8(x + i), scale, mask ? mask + i : nullptr);
     store8(v + i, w);
     a = w > a ? w : a;
   }
   float m = vec8::hmax(a > b ? a : b);
   for (; i < n; ++i) {
-    v[i] = float(x[i]) * scale + (mask ? mask[i] : 0.0f);
+    v[i] = score(float(x[i]), scale, mask ? mask + i : nullptr);
     m = v[i] > m ? v[i] : m;
   }
   return m;
@@ -146,10 +154,11 @@ float scores_row_max(float* v, const T* x, const float* mask, float scale, int64
 
 // Probabilities of R rows: y[r] = softmax(x[r] * scale + mask[r]) (mask[r] may be null; y[r]
 // holds the scores on the way, x[r] may be y[r]). Row r's statistics {max, 1 / sum} go to
-// st[2r], st[2r + 1].
+// st[2r], st[2r + 1]. wide: on 16 lanes (R 1 or 2), the same bits.
 template <int R, typename T>
 void scaled_masked_softmax_rows(float* const* y, const T* const* x, const float* const* mask, float scale, int64_t n,
-                                float* st) {
+                                float* st, bool wide) {
+  if (wide) return ScaledMaskedSoftmaxAvx512<T>::group(R, y, x, mask, scale, n, st);
   float m[R], inv[R];
   for (int r = 0; r < R; ++r) m[r] = scores_row_max(y[r], x[r], mask[r], scale, n);
   softmax_rows_from_max<R>(y, y, n, m, inv);
@@ -159,7 +168,8 @@ void scaled_masked_softmax_rows(float* const* y, const T* const* x, const float*
 // The same y again, bit for bit, from the statistics scaled_masked_softmax_rows gave.
 template <int R, typename T>
 void scaled_masked_softmax_rows_again(float* const* y, const T* const* x, const float* const* mask, float scale,
-                                      int64_t n, const float* st) {
+                                      int64_t n, const float* st, bool wide) {
+  if (wide) return ScaledMaskedSoftmaxAvx512<T>::group_again(R, y, x, mask, scale, n, st);
   for (int r = 0; r < R; ++r) scores_row(y[r], x[r], mask[r], scale, n);
   float m[R], inv[R];
   for (int r = 0; r < R; ++r) m[r] = st[2 * r], inv[r] = st[2 * r + 1];

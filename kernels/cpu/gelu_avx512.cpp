@@ -35,23 +35,12 @@ EMBER_LANES_INLINE Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm
 EMBER_LANES_INLINE Lanes min_lanes(float hi, Lanes x) { return lanes(_mm512_min_ps(_mm512_set1_ps(hi), raw(x))); }
 EMBER_LANES_INLINE Lanes max_lanes(float lo, Lanes x) { return lanes(_mm512_max_ps(_mm512_set1_ps(lo), raw(x))); }
 
-// e^x as vec8::exp8, step for step (the same clamps, reduction, polynomial and 2^n), so both
-// widths round identically. _mm512_max_ps / min_ps return their second operand for NaN, as the
-// 8-lane ones do.
-EMBER_LANES_INLINE Lanes exp_lanes(Lanes x_in) {
-  const Lanes x = lanes(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-88.0f), raw(x_in))));
-  const Lanes shifted = x * 1.44269504088896341f + 12582912.0f;
-  const Lanes n = shifted - 12582912.0f;
-  Lanes r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  // P(r) = (0.5 + c3 r) + r^2 ((c4 + c5 r) + c6 r^2): a shorter chain of dependent steps than
-  // Horner's, which is what limits a loop of these (not the count of instructions)
-  const Lanes r2 = r * r;
-  const Lanes lo = r * 1.666657776e-1f + 0.5f;
-  const Lanes hi = r2 * 1.392617589e-3f + (r * 8.363173343e-3f + 4.166655615e-2f);
-  const Lanes er = (r2 * hi + lo) * r2 + r + 1.0f;
-  const ULanes pow2 = (__builtin_bit_cast(ULanes, shifted) << 23) + (127u << 23);
-  return er * __builtin_bit_cast(Lanes, pow2);
+#include "kernels/cpu/exp_lanes.inc"
+
+// e^x as vec8::exp8: the same clamps, then the same steps. _mm512_max_ps / min_ps return their
+// second operand for NaN, as the 8-lane ones do.
+EMBER_LANES_INLINE Lanes exp_lanes(Lanes x) {
+  return exp_clamped_lanes(lanes(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-88.0f), raw(x)))));
 }
 
 #include "kernels/cpu/gelu_lanes.inc"

@@ -5,28 +5,9 @@
 #include <bit>
 #include <cmath>
 
-#if defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu::vec8 {
-
-using Lanes = f8;
-using ULanes = u8;
-
-// a * b + c rounded once.
-EMBER_LANES_INLINE f8 fma_lanes(f8 a, f8 b, f8 c) {
-#if defined(__FMA__)
-  return std::bit_cast<f8>(
-      _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
-#else
-  f8 r;
-  for (int k = 0; k < kLanes; ++k) r[k] = std::fma(a[k], b[k], c[k]);
-  return r;
-#endif
-}
 
 EMBER_LANES_INLINE f8 exp_lanes(f8 x) { return exp8(x); }
 EMBER_LANES_INLINE f8 min_lanes(float hi, f8 x) { return min_keep_nan(hi, x); }

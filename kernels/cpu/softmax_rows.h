@@ -8,15 +8,23 @@
 // are split among threads. Sums accumulate in float lanes flushed into double every 512 elements.
 // The exps (16 vector instructions per 8 lanes) set the pace: rows of 128 take 0.55 to 0.6 ns per
 // element on one Zen 3 thread for R of 2 to 4 (R = 1: 0.7), and keeping the sums out of stack
-// spills measured no faster; what helps is fewer instructions or fewer passes over a row.
+// spills measured no faster; what helps is fewer instructions or fewer passes over a row. So
+// where the CPU has AVX-512, the entry points below that take `wide` run the same steps on 16
+// lanes (kernels/cpu/softmax_avx512.h), giving the same bits.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "core/cpu_features.h"
+#include "kernels/cpu/softmax_avx512.h"
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu {
+
+// Whether the row code runs on 16 lanes: where the CPU has AVX-512 and EMBER_CPU_CAPABILITY does
+// not ask for avx2. An op reads it once and passes it down.
+inline bool wide_rows() { return cpu_capability() == CpuCapability::Avx512; }
 
 constexpr int64_t kSoftmaxFlush = 64 * vec8::kLanes;
 
@@ -122,9 +130,10 @@ EMBER_LANES_INLINE void softmax_rows_from_max(float* const* y, const float* cons
 }
 
 // y[r] = softmax(x[r]); x and y may alias. m[r] and inv[r] get the row's max and 1 / sum, the
-// statistics softmax_rows_from_stats takes.
+// statistics softmax_rows_from_stats takes. wide: on 16 lanes (R at most 3).
 template <int R>
-void softmax_rows(float* const* y, const float* const* x, int64_t n, float* m, float* inv) {
+void softmax_rows(float* const* y, const float* const* x, int64_t n, float* m, float* inv, bool wide) {
+  if (wide) return softmax_rows_avx512(R, y, x, n, m, inv);
   // the statistics stay in locals until the end: stores into y might otherwise alias m and inv,
   // and the loops would load them again at every step
   float mr[R], ir[R];

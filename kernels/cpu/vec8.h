@@ -3,6 +3,7 @@
 // -ftrapping-math, so those loops spell their lanes out. AVX2 width, the baseline build.
 #pragma once
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -73,30 +74,31 @@ EMBER_LANES_INLINE f8 min_keep_nan(float hi, f8 x) {
 #endif
 }
 
+// a * b + c rounded once.
+EMBER_LANES_INLINE f8 fma_lanes(f8 a, f8 b, f8 c) {
+#if defined(__FMA__)
+  return std::bit_cast<f8>(
+      _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
+#else
+  f8 r;
+  for (int k = 0; k < kLanes; ++k) r[k] = std::fma(a[k], b[k], c[k]);
+  return r;
+#endif
+}
+
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, exp(r) = 1 + r + r^2 P(r) with P of
 // degree 4 interpolating (e^r - 1 - r) / r^2 at Chebyshev nodes (0.16 ulp from exp(r) before
 // rounding): within 1.5 ulp of exp in all (tests/ops/test_lane_math.cpp sweeps it), in 16 vector
 // instructions, 10 of them multiplies or FMAs. x is clamped to [-88, 88] first; n = -127 then
 // has 2^n's bits all zero, so x <= -87.68 (and -inf) gives exactly 0 with no compare at the end,
-// and NaN stays NaN (the clamps keep it). kernels/cpu/gelu_avx512.cpp repeats these steps on 16
-// lanes and must round identically.
+// and NaN stays NaN (the clamps keep it). The steps after the clamps are in
+// kernels/cpu/exp_lanes.inc, which the 16-lane (AVX-512) kernels share.
+using Lanes = f8;
+using ULanes = u8;
+#include "kernels/cpu/exp_lanes.inc"
+
 // exp8's steps after the clamps, for x in [-88, 88] or NaN.
-EMBER_LANES_INLINE f8 exp8_of_clamped(f8 x) {
-  // adding 1.5 * 2^23 rounds to an integer, which then sits in the low mantissa bits
-  const f8 shifted = x * 1.44269504088896341f + 12582912.0f;
-  const f8 n = shifted - 12582912.0f;
-  f8 r = x - n * 0.693359375f;  // ln 2 in two parts, so the reduction is exact
-  r = r - n * -2.12194440e-4f;
-  // P(r) = (0.5 + c3 r) + r^2 ((c4 + c5 r) + c6 r^2): a shorter chain of dependent steps than
-  // Horner's, which is what limits a loop of these (not the count of instructions)
-  const f8 r2 = r * r;
-  const f8 lo = r * 1.666657776e-1f + 0.5f;
-  const f8 hi = r2 * 1.392617589e-3f + (r * 8.363173343e-3f + 4.166655615e-2f);
-  const f8 er = (r2 * hi + lo) * r2 + r + 1.0f;
-  // (n + 127) << 23: the low bits of `shifted` hold n, and 1.5 * 2^23's own bits shift out
-  const u8 pow2 = (std::bit_cast<u8>(shifted) << 23) + (127u << 23);
-  return er * std::bit_cast<f8>(pow2);
-}
+EMBER_LANES_INLINE f8 exp8_of_clamped(f8 x) { return exp_clamped_lanes(x); }
 
 EMBER_LANES_INLINE f8 exp8(f8 x) { return exp8_of_clamped(min_keep_nan(88.0f, max_keep_nan(-88.0f, x))); }
 
