@@ -22,7 +22,10 @@
 // the per-row dtype dispatch and the strided column sums had taken about a quarter). There x
 // and residual are both leaves, whose gradient accumulators would copy one tensor they shared
 // (a tenth of the time): autograd asks for two then, and the backward writes dx beside dresidual
-// from the same registers (on the Intel Xeon host, one thread, 17.9 GB/s before, 20 after).
+// from the same registers (a row copy had taken 3% of the profile). With that and the forward
+// fetching the next rows while a group's work stays in L1 (the forward kernel alone 350 against
+// 380 us), on the Intel Xeon host (family 6 model 207), one thread, medians of runs alternated
+// with the previous library: 20.5 GB/s against 18.6.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
