@@ -3,21 +3,13 @@
 // vector, 24 FMAs per tap against 6 loads and 4 broadcasts. Each output is the AVX2 blocks' chain,
 // the bias then fma(w, x, acc) tap by tap, so the results are the same bits.
 
-// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
-// maybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "kernels/cpu/convolution_direct_plan.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
-#endif
+#include "kernels/cpu/avx512_code_begin.inc"
 
 namespace ember::cpu {
 namespace {
@@ -104,8 +96,4 @@ void direct_channel_blocks_avx512(const DirectGeometry& g, const DirectPlan& pla
 
 }  // namespace ember::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
-#pragma GCC pop_options
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_code_end.inc"

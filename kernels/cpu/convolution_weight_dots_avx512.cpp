@@ -6,21 +6,13 @@
 // keeps 24 accumulators: 24 FMAs of 16 lanes per 4 + 6 loads (on ResNet-18's 64->128 1x1 stride-2
 // layer 105 GFLOP/s, where 4 by 3 pairs, the AVX2 tile's shape, ran at 102).
 
-// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
-// maybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "kernels/cpu/convolution_weight_dots_avx512.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
-#endif
+#include "kernels/cpu/avx512_code_begin.inc"
 
 namespace ember::cpu {
 namespace {
@@ -162,8 +154,4 @@ void weight_dots_avx512(const WeightDots& d, const float* dy, int64_t dy_image, 
 
 }  // namespace ember::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
-#pragma GCC pop_options
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_code_end.inc"

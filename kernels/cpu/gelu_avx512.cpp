@@ -10,15 +10,7 @@
 #include "core/half.h"
 #include "kernels/cpu/vec8.h"  // EMBER_LANES_INLINE only: no lane code of it is used here
 
-// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
-// maybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
-#endif
+#include "kernels/cpu/avx512_code_begin.inc"
 
 namespace ember::cpu {
 namespace {
@@ -118,8 +110,4 @@ void gelu_backward_row_avx512(BFloat16* d, const BFloat16* g, const BFloat16* x,
 
 }  // namespace ember::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
-#pragma GCC pop_options
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_code_end.inc"

@@ -17,21 +17,13 @@
 // chunk of k). Spreading the C tile's prefetches over the loop instead of issuing them at its
 // start, and prefetching for writing (prefetchw), changed nothing measurable.
 
-// GCC 12's AVX-512 intrinsic headers start some results from a deliberately undefined
-// register, which -Wmaybe-uninitialized reports once inlined (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_packed.h"
 
 // AVX-512 code, reached only after a run-time check (packed_kernel_available); everything
 // below is compiled for it and nothing here is inline in a header another file could pick up.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
-#endif
+#include "kernels/cpu/avx512_code_begin.inc"
 
 namespace ember::cpu {
 namespace {
@@ -111,8 +103,4 @@ void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, 
 
 }  // namespace ember::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
-#pragma GCC pop_options
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_code_end.inc"

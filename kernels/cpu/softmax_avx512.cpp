@@ -24,15 +24,7 @@
 #include "kernels/cpu/softmax_rows.h"  // kSoftmaxFlush
 #include "kernels/cpu/vec8.h"
 
-// GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as
-// maybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
-#endif
+#include "kernels/cpu/avx512_code_begin.inc"
 
 namespace ember::cpu {
 // A namespace of its own, so these names hide (not overload) those of softmax_rows.h.
@@ -447,8 +439,4 @@ template struct ScaledMaskedSoftmaxAvx512<Half>;
 
 }  // namespace ember::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
-#pragma GCC pop_options
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_code_end.inc"
