@@ -16,7 +16,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,prfchw")
 #if defined(__clang__)  // clang ignores the GCC pragma; this is its equivalent
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prfchw"))), apply_to = function)
 #endif
 
 namespace ember::cpu::batch_norm_planes {
@@ -113,7 +113,7 @@ void map_range(float* out, const float* p, const float* q, int64_t pb, int64_t p
   Coefficients k = coefficients(plane), next = coefficients(plane + 1);
   while (e < stop) {
     if (e >= first && e + 16 <= last_begin) {
-      if (ahead != 0) _m_prefetchw(out + ahead + e);
+      if (ahead != 0) __builtin_prefetch(out + ahead + e, 1);  // for writing: prefetchw
       const __m512 pv = _mm512_loadu_ps(p + e);
       _mm512_storeu_ps(out + e, whole_form<kPair>(pv, kPair ? _mm512_loadu_ps(q + e) : pv, k));
       e += 16;
