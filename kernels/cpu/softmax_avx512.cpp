@@ -365,7 +365,7 @@ void scaled_masked_softmax_run(int64_t rows, float* const* y, const T* const* x,
   const int64_t groups = rows / R;
   float m[R] = {}, inv[R] = {};
   if (groups > 0) {
-    prefetch_rows<R>(x + R, n);
+    if (groups > 1) prefetch_rows<R>(x + R, n);  // the second group's row pointers exist
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) m[k] = scores_row_max(y[k], x[k], mask[k], scale, n);
   }
