@@ -9,6 +9,9 @@
 //                           read dy and y, write dx
 //   BM_ScaledMaskedSoftmaxFwdBwd  BM_ScaledMaskedSoftmax's, forward then backward (which
 //                           recomputes y from x)    read x, write y; read dy and x, write dx
+//   BM_LogSoftmaxFwdBwd     log_softmax over the last dim of [512, 2048] (a classifier's
+//                           logits, as cross-entropy takes them), forward then backward    read
+//                           x, write y; read dy and y, write dx
 //   BM_LayerNormFwdBwd      layer_norm over 256 of [2048, 256], with weight and bias, forward
 //                           then backward    read x, write y; read dy (and x), write dx
 //   BM_AddLayerNormFwdBwd   add_layer_norm (x + residual, then BM_LayerNormFwdBwd's layer norm),
@@ -150,6 +153,12 @@ void BM_ScaledMaskedSoftmaxFwdBwd(benchmark::State& state) {
   ember::Tensor mask = ember::zeros({16, 1, 1, 128});
   mask.narrow(3, 100, 28).fill_(-1e4);
   run_norm_fwd_bwd(state, x, {}, [&](const ember::Tensor& t) { return ember::scaled_masked_softmax(t, mask, 0.125); });
+}
+
+void BM_LogSoftmaxFwdBwd(benchmark::State& state) {
+  use_threads(state);
+  const ember::Tensor x = ember::randn({512, 2048});
+  run_norm_fwd_bwd(state, x, {}, [](const ember::Tensor& t) { return ember::log_softmax(t, -1); });
 }
 
 void BM_BatchNormFwdBwd(benchmark::State& state) {
@@ -295,6 +304,7 @@ BENCHMARK(BM_Softmax)->Apply(threads);
 BENCHMARK(BM_ScaledMaskedSoftmax)->Apply(threads);
 BENCHMARK(BM_SoftmaxFwdBwd)->Apply(threads);
 BENCHMARK(BM_ScaledMaskedSoftmaxFwdBwd)->Apply(threads);
+BENCHMARK(BM_LogSoftmaxFwdBwd)->Apply(threads);
 BENCHMARK(BM_LayerNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_AddLayerNormFwdBwd)->Apply(threads);
 BENCHMARK(BM_BatchNormFwdBwd)->Apply(threads);

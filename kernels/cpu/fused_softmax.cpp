@@ -16,6 +16,9 @@
 // Intel Xeon (family 6 model 207) with the 16-lane rows, best of 12 runs alternating with the
 // AVX2-only library: 18.4 GB/s at one thread and 34.4 at two (0.67 and 0.63 of its L3 copy
 // bandwidth), against 13.0 and 24.9.
+// The backward on 16 lanes takes two passes a row instead of five: the probabilities (recomputed
+// as the forward's bits) go straight into dx with the dot product of g and p beside them, then
+// dx = p (g - dot) in place; each pass prefetches the rows of the group after next a line a step.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -55,6 +58,23 @@ struct RowGroup {
   }
 };
 
+// The mask rows of rows b0 .. b1 - 1 into ms (null without a mask): a row that shares the mask
+// row of the one before reuses its pointer, so each mask row is found (or gathered into mbuf,
+// len floats a row) once.
+void mask_rows_of_block(const MaskRows<float>& masks, int64_t b0, int64_t b1, int64_t len, float* mbuf,
+                        const float** ms) {
+  if (!masks.defined()) {
+    std::fill(ms, ms + (b1 - b0), nullptr);
+    return;
+  }
+  const int64_t shared = masks.rows_sharing_a_row();
+  int64_t in_run = b0 % shared;  // rows before this one that share its mask row
+  for (int64_t r = b0; r < b1; ++r, in_run = in_run + 1 == shared ? 0 : in_run + 1) {
+    const int64_t k = r - b0;
+    ms[k] = k > 0 && in_run > 0 ? ms[k - 1] : masks.row(r, len, mbuf + k * len);
+  }
+}
+
 // Rows the forward sets up at a time (their pointers, their gathered mask rows): the 16-lane row
 // code takes them in one call (cpu::ScaledMaskedSoftmaxAvx512::run), which overlaps each group of
 // rows with the next; the 8-lane code takes them in pairs.
@@ -83,19 +103,12 @@ void forward_float(const Tensor& y, const Tensor& stats, const Tensor& keep, con
     std::vector<float*> ys(size_t(block), nullptr);
     std::vector<const T*> xs(size_t(block), nullptr);
     std::vector<const float*> ms(size_t(block), nullptr);
-    const int64_t shared = masks.defined() ? masks.rows_sharing_a_row() : 1;
     for (int64_t b0 = r0; b0 < r1; b0 += block) {
       const int64_t b1 = std::min(r1, b0 + block);
       // the block's rows: in place in y, or in buf
       float* const y0 = out_float ? reinterpret_cast<float*>(yp) + b0 * len : buf.data();
       for (int64_t k = 0; k < b1 - b0; ++k) ys[size_t(k)] = y0 + k * len, xs[size_t(k)] = xp + (b0 + k) * len;
-      if (masks.defined()) {
-        int64_t in_run = b0 % shared;  // rows before this one that share its mask row
-        for (int64_t r = b0; r < b1; ++r, in_run = in_run + 1 == shared ? 0 : in_run + 1) {
-          const size_t k = size_t(r - b0);
-          ms[k] = k > 0 && in_run > 0 ? ms[k - 1] : masks.row(r, len, mbuf.data() + k * n);
-        }
-      }
+      mask_rows_of_block(masks, b0, b1, len, mbuf.data(), ms.data());
       if (wide) {
         cpu::ScaledMaskedSoftmaxAvx512<T>::run(b1 - b0, ys.data(), xs.data(), ms.data(), sc, len, sp + 2 * b0);
       } else {
@@ -122,6 +135,68 @@ void forward_float(const Tensor& y, const Tensor& stats, const Tensor& keep, con
   });
 }
 
+// The backward on 16 lanes (cpu::ScaledMaskedSoftmaxAvx512::backward_run), the same bits as
+// backward_float's 8-lane rows: a block of rows at a time, their output gradients as floats
+// (through the dropout) and their float dx, in place where dx is f32.
+template <typename T>
+void backward_float_wide(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask,
+                         const Tensor& stats, const Tensor& keep, double scale, double out_scale,
+                         double dropout_scale) {
+  const int64_t len = x.shape().back(), rows = x.numel() / len;
+  const T* xp = x.data_ptr<T>();
+  T* dp = dx.data_ptr<T>();
+  const float* sp = stats.data_ptr<float>();
+  const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
+  const MaskRows<float> masks(mask, x.shape());
+  const char* gp = static_cast<const char*>(grad.raw_data());
+  const DType g_dt = grad.dtype();
+  const int64_t g_elem = int64_t(grad.element_size());
+  parallel_for(0, rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
+    const int64_t block = std::min(r1 - r0, forward_block_rows(len));
+    const size_t block_elems = size_t(block * len);
+    const bool g_in_place = g_dt == DType::f32 && !kp;
+    constexpr bool dx_in_place = std::is_same_v<T, float>;
+    std::vector<float> gbuf(g_in_place ? 0 : block_elems), dxbuf(dx_in_place ? 0 : block_elems);
+    std::vector<float> mbuf(masks.defined() ? block_elems : 0);
+    std::vector<float*> dxs(size_t(block), nullptr);
+    std::vector<const T*> xs(size_t(block), nullptr);
+    std::vector<const float*> ms(size_t(block), nullptr), gs(size_t(block), nullptr);
+    for (int64_t b0 = r0; b0 < r1; b0 += block) {
+      const int64_t b1 = std::min(r1, b0 + block);
+      for (int64_t r = b0; r < b1; ++r) {
+        const size_t k = size_t(r - b0);
+        xs[k] = xp + r * len;
+        if constexpr (dx_in_place) {
+          dxs[k] = dp + r * len;
+        } else {
+          dxs[k] = dxbuf.data() + k * size_t(len);
+        }
+        const void* grow = gp + r * len * g_elem;
+        if (g_in_place) {
+          gs[k] = static_cast<const float*>(grow);
+          continue;
+        }
+        float* gk = gbuf.data() + k * size_t(len);
+        if (g_dt == DType::f32) {
+          cpu::apply_keep_mask(gk, static_cast<const float*>(grow), kp + r * len, float(dropout_scale), len);
+        } else {
+          with_lane_type(g_dt, "scaled_masked_softmax_backward", [&](auto tag) {
+            using G = typename decltype(tag)::type;
+            if constexpr (!std::is_same_v<G, float>) convert_row(gk, static_cast<const G*>(grow), len);
+          });
+          if (kp) cpu::apply_keep_mask(gk, gk, kp + r * len, float(dropout_scale), len);
+        }
+        gs[k] = gk;
+      }
+      mask_rows_of_block(masks, b0, b1, len, mbuf.data(), ms.data());
+      cpu::ScaledMaskedSoftmaxAvx512<T>::backward_run(b1 - b0, dxs.data(), xs.data(), ms.data(), gs.data(),
+                                                      float(scale), float(out_scale), len, sp + 2 * b0);
+      if constexpr (!dx_in_place)
+        for (int64_t r = b0; r < b1; ++r) convert_row(dp + r * len, dxs[size_t(r - b0)], len);
+    }
+  });
+}
+
 template <typename T>
 void backward_float(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask, const Tensor& stats,
                     const Tensor& keep, double scale, double out_scale, double dropout_scale) {
@@ -132,9 +207,9 @@ void backward_float(const Tensor& dx, const Tensor& grad, const Tensor& x, const
   const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
   const MaskRows<float> masks(mask, x.shape());
   const float sc = float(scale), osc = float(out_scale);
-  const bool wide = cpu::wide_rows();
   const char* gp = static_cast<const char*>(grad.raw_data());
   const int64_t g_elem = int64_t(grad.element_size());
+  if (cpu::wide_rows()) return backward_float_wide<T>(dx, grad, x, mask, stats, keep, scale, out_scale, dropout_scale);
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
     const size_t n = static_cast<size_t>(len);
     std::vector<float> y(2 * n), g(n), mbuf(masks.defined() ? 2 * n : 0);
@@ -165,7 +240,7 @@ void backward_float(const Tensor& dx, const Tensor& grad, const Tensor& x, const
     cpu::for_row_pairs(r0, r1, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
       const RowGroup<R, T> rows(r, len, xp, masks, mbuf.data(), [&](int64_t k) { return y.data() + k * n; });
-      cpu::scaled_masked_softmax_rows_again<R>(rows.y, rows.x, rows.mask, sc, len, sp + 2 * r, wide);
+      cpu::scaled_masked_softmax_rows_again<R>(rows.y, rows.x, rows.mask, sc, len, sp + 2 * r, false);
       for (int k = 0; k < R; ++k) grad_row(r + k, rows.y[k]);
     });
   });

@@ -19,8 +19,9 @@
 // (kernels/cpu/softmax_avx512.h), f32 rows a thread's share in one pipelined call. On an Intel
 // Xeon (family 6 model 207), BM_Softmax, best of 12 runs alternating with the AVX2-only library:
 // 25.3 GB/s at one thread and 52.3 at two, 0.93 and 0.96 of the machine's L3 copy bandwidth
-// (build/bench/machine_limits: 27.3 / 54.6), against 13.5 and 27.0. The backward, 8 lanes still,
-// already moves its bytes at the L3 limit there.
+// (build/bench/machine_limits: 27.3 / 54.6), against 13.5 and 27.0. The softmax backward, 8 lanes
+// still, already moves its bytes at the L3 limit there; log_softmax (cross-entropy's), forward and
+// backward, runs on 16 lanes too, one row at a time.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -57,16 +58,19 @@ float row_max(const float* v, int64_t n) {
 
 // Sums of a float row (or of elementwise products a*b) in double: float lanes are flushed
 // into double every block, so long rows keep double accuracy.
+// Two chains of adds, one for the first and one for the second 8 of every 16 elements (as
+// exp_shifted_rows), so they do not set the pace and the 16-lane rows can keep the order.
 template <typename Load>
 double row_sum(int64_t n, const Load& load) {
   double total = 0;
   for (int64_t b = 0; b < n; b += kSoftmaxFlush) {
     const int64_t e = std::min(n, b + kSoftmaxFlush);
-    f8 acc = f8{};
+    f8 acc = f8{}, acc2 = f8{};
     int64_t i = b;
+    for (; i + 2 * kLanes <= e; i += 2 * kLanes) acc += load(i, kLanes), acc2 += load(i + kLanes, kLanes);
     for (; i + kLanes <= e; i += kLanes) acc += load(i, kLanes);
     if (i < e) acc += load(i, e - i);
-    total += hsum(acc);
+    total += hsum(acc + acc2);
   }
   return total;
 }
@@ -91,6 +95,7 @@ void softmax_rows(float* const* y, const float* const* x, int64_t n, bool wide) 
 // y = softmax(x) or log_softmax(x); x and y may alias.
 void softmax_row(float* y, const float* x, int64_t n, bool log, bool wide) {
   if (!log) return softmax_rows<1>(&y, &x, n, wide);
+  if (wide) return cpu::log_softmax_row_avx512(y, x, n);
   // (x - max) is exact for nearby values; subtracting log(sum) after keeps small results accurate
   const float m = row_max(x, n);
   const float log_sum = float(std::log(exp_shifted(nullptr, x, n, m)));
@@ -119,7 +124,8 @@ void softmax_row(double* y, const double* x, int64_t n, bool log, bool /*wide*/)
 
 // dx from g and y; dx may alias g. One row at a time: rows of 128 with their dot products in
 // pairs measured no faster (best of 300 interleaved runs on Zen 3), unlike the forward's exps.
-void softmax_backward_row(float* dx, const float* g, const float* y, int64_t n, bool log) {
+void softmax_backward_row(float* dx, const float* g, const float* y, int64_t n, bool log, bool wide) {
+  if (log && wide) return cpu::log_softmax_backward_row_avx512(dx, g, y, n);
   if (log) {
     const float gs = float(row_sum(n, [&](int64_t i, int64_t k) {
       return k == kLanes ? load8(g + i) : load_tail(g + i, k, 0.0f);
@@ -135,7 +141,7 @@ void softmax_backward_row(float* dx, const float* g, const float* y, int64_t n, 
   }
 }
 
-void softmax_backward_row(double* dx, const double* g, const double* y, int64_t n, bool log) {
+void softmax_backward_row(double* dx, const double* g, const double* y, int64_t n, bool log, bool /*wide*/) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += log ? g[i] : g[i] * y[i];
   if (log) {
@@ -241,6 +247,7 @@ template <typename T>
 void softmax_backward(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, bool log) {
   using A = acc_t<T>;
   const int64_t len = g.len, inner = g.inner;
+  const bool wide = cpu::wide_rows();
   if (inner == 1) {
     const int64_t grain = std::max<int64_t>(1, kGrainElems / len);
     parallel_for(0, g.outer, grain, [&](int64_t rb, int64_t re) {
@@ -250,9 +257,9 @@ void softmax_backward(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, 
         const A* yr = as_acc<A>(y + r * len, len, y_buf);
         T* dr = dx + r * len;
         if constexpr (std::is_same_v<A, T>) {
-          softmax_backward_row(dr, gr, yr, len, log);
+          softmax_backward_row(dr, gr, yr, len, log, wide);
         } else {
-          softmax_backward_row(out_buf.data(), gr, yr, len, log);
+          softmax_backward_row(out_buf.data(), gr, yr, len, log, wide);
           cpu::vec8::convert_row(dr, out_buf.data(), len);
         }
       }
@@ -273,7 +280,8 @@ void softmax_backward(T* dx, const T* gy, const T* y, const SoftmaxGeometry& g, 
           y_tile[size_t(j * len + r)] = A(y[base + r * inner + j]);
         }
       for (int64_t j = 0; j < w; ++j)
-        softmax_backward_row(g_tile.data() + j * len, g_tile.data() + j * len, y_tile.data() + j * len, len, log);
+        softmax_backward_row(g_tile.data() + j * len, g_tile.data() + j * len, y_tile.data() + j * len, len, log,
+                             wide);
       for (int64_t r = 0; r < len; ++r)
         for (int64_t j = 0; j < w; ++j) dx[base + r * inner + j] = T(g_tile[size_t(j * len + r)]);
     }

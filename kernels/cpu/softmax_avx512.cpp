@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -111,6 +112,38 @@ EMBER_LANES_INLINE void prefetch_next_rows(const T* const* rows, int64_t n) {
   prefetch_rows<R>(next, n);
 }
 
+// Prefetches K rows of `bytes` each a cache line per call of next(): called at every step of a
+// loop over other rows, it spreads the prefetches over that loop's work, where a burst of them
+// for whole rows fills the line fill buffers and stalls the loop behind them.
+template <int K>
+struct SpreadPrefetch {
+  const char* rows[K] = {};
+  int64_t bytes = 0, at = 0;
+  SpreadPrefetch() = default;
+  template <typename T>
+  SpreadPrefetch(const T* const* r, int64_t n) : bytes(n * int64_t(sizeof(T))) {
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) rows[k] = reinterpret_cast<const char*>(r[k]);
+  }
+  EMBER_LANES_INLINE void next() {
+    if (at < bytes)
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) _mm_prefetch(rows[k] + at, _MM_HINT_T0);
+    at += 64;
+  }
+  void finish() {
+    while (at < bytes) next();
+  }
+};
+
+// Two sets of rows prefetched alike (rows of two arrays, whose element sizes may differ).
+template <int K>
+struct SpreadPrefetch2 {
+  SpreadPrefetch<K> a, b;
+  EMBER_LANES_INLINE void next() { a.next(), b.next(); }
+  void finish() { a.finish(), b.finish(); }
+};
+
 // ---- softmax_rows.h
 
 // rows_max. ab[r] holds the 8-lane code's a (lanes 0-7) and b (lanes 8-15).
@@ -147,9 +180,10 @@ EMBER_LANES_INLINE void rows_max(float* m, const float* const* v, int64_t n) {
 // exp_shifted_rows, always storing e. acc[r] holds the 8-lane code's acc (lanes 0-7) and acc2
 // (lanes 8-15); the rest of a block after its 16s, padded with exp(-inf - m) as there, goes into
 // acc: its first 8 lanes, then (past 8 elements) its last 8.
-template <int R>
+// ahead, where not null, prefetches a line of each of its rows at every step.
+template <int R, bool kStore = true, typename Ahead = SpreadPrefetch<R>>
 EMBER_LANES_INLINE void exp_shifted_rows(double* total, float* const* e_rows, const float* const* v_rows, int64_t n,
-                                         const float* shifts) {
+                                         const float* shifts, Ahead* ahead = nullptr) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const float* v[R];
   float* e[R];
@@ -158,7 +192,7 @@ EMBER_LANES_INLINE void exp_shifted_rows(double* total, float* const* e_rows, co
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     v[r] = v_rows[r];
-    e[r] = e_rows[r];
+    e[r] = kStore ? e_rows[r] : nullptr;
     m[r] = shifts[r];
     t[r] = 0;
   }
@@ -168,20 +202,22 @@ EMBER_LANES_INLINE void exp_shifted_rows(double* total, float* const* e_rows, co
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = Lanes{};
     int64_t i = b;
-    for (; i + kWidth <= end; i += kWidth)
+    for (; i + kWidth <= end; i += kWidth) {
+      if (ahead) ahead->next();
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const Lanes x = exp_nonpositive(load(v[r] + i) - m[r]);
-        store(e[r] + i, x);
+        if (kStore) store(e[r] + i, x);
         acc[r] += x;
       }
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       f8 lo = low(acc[r]);
       if (i < end) {
         const int64_t k = end - i;
         const Lanes x = exp_nonpositive(load_first(v[r] + i, k, ninf) - m[r]);
-        store_first(e[r] + i, x, k);
+        if (kStore) store_first(e[r] + i, x, k);
         lo += low(x);
         if (k > kHalf) lo += high(x);
       }
@@ -286,6 +322,55 @@ void softmax_row_run(float* y, const float* x, int64_t rows, int64_t n) {
   }
 }
 
+// ---- log_softmax (kernels/cpu/normalization_softmax.cpp)
+
+// vec8::exp8: both clamps, a NaN kept as there
+EMBER_LANES_INLINE Lanes exp_any(Lanes x) {
+  return exp_clamped_lanes(
+      lanes(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-88.0f), raw(x)))));
+}
+
+// y = (x - max) - log(sum exp(x - max)); y may be x.
+void log_softmax_row(float* y, const float* x, int64_t n) {
+  float m;
+  rows_max<1>(&m, &x, n);
+  double total;
+  exp_shifted_rows<1, false>(&total, nullptr, &x, n, &m);
+  const float log_sum = float(std::log(total));
+  int64_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) store(y + i, (load(x + i) - m) - log_sum);
+  if (i < n) store_first(y + i, (load_first(x + i, n - i) - m) - log_sum, n - i);
+}
+
+// The sum of g in row_sum's order (normalization_softmax.cpp): two chains of 8 lanes a block, in
+// the halves of one 16-lane sum, the last n % 16 as in exp_shifted_rows.
+EMBER_LANES_INLINE double row_sum(const float* g, int64_t n) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSoftmaxFlush) {
+    const int64_t end = std::min(n, b + kSoftmaxFlush);
+    Lanes acc = Lanes{};
+    int64_t i = b;
+    for (; i + kWidth <= end; i += kWidth) acc += load(g + i);
+    f8 lo = low(acc);
+    if (i < end) {
+      const int64_t k = end - i;
+      const Lanes x = load_first(g + i, k);
+      lo += low(x);
+      if (k > kHalf) lo += high(x);
+    }
+    total += vec8::hsum(lo + high(acc));
+  }
+  return total;
+}
+
+// dx = g - exp(y) * sum g; dx may be g.
+void log_softmax_backward_row(float* dx, const float* g, const float* y, int64_t n) {
+  const float gs = float(row_sum(g, n));
+  int64_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) store(dx + i, load(g + i) - exp_any(load(y + i)) * gs);
+  if (i < n) store_first(dx + i, load_first(g + i, n - i) - exp_any(load_first(y + i, n - i)) * gs, n - i);
+}
+
 // ---- fused_softmax_rows.h
 
 // score8: x * scale + mask in one FMA, or x * scale without a mask
@@ -371,9 +456,13 @@ void scaled_masked_softmax_run(int64_t rows, float* const* y, const T* const* x,
   }
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t r = g * R;
-    if (g + 2 < groups) prefetch_rows<R>(x + r + 2 * R, n);
+    // the group after next, x and the y its scores will be stored in, a line a step of these
+    // exps (a burst of prefetches stalled them, and so did the stores into y)
+    SpreadPrefetch2<R> ahead;
+    if (g + 2 < groups) ahead = {SpreadPrefetch<R>(x + r + 2 * R, n), SpreadPrefetch<R>(y + r + 2 * R, n)};
     double total[R];
-    exp_shifted_rows<R>(total, y + r, y + r, n, m);
+    exp_shifted_rows<R>(total, y + r, y + r, n, m, &ahead);
+    ahead.finish();
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) st[2 * (r + k)] = m[k];
     if (g + 1 < groups)
@@ -386,6 +475,115 @@ void scaled_masked_softmax_run(int64_t rows, float* const* y, const T* const* x,
   if (groups > 0) scale_rows<R>(y + (groups - 1) * R, n, inv);
   for (int64_t r = groups * R; r < rows; ++r)
     scaled_masked_softmax_rows<1>(y + r, x + r, mask + r, scale, n, st + 2 * r);
+}
+
+// ---- the scaled masked softmax's backward (kernels/cpu/fused_softmax.cpp)
+
+// Pass one of the backward of R rows: p, the probabilities exactly as
+// scaled_masked_softmax_rows_again gives them (its score, exp and scale, in one pass), into dx,
+// and dots[r] = sum g * p in dot_row's order (fused_softmax_rows.h): one chain of 8-lane products
+// a block, the low then the high half of every 16, the last n % 16 padded with zeros.
+template <int R, typename T, typename Ahead>
+EMBER_LANES_INLINE void probabilities_and_dots(float* dots, float* const* dx_rows, const T* const* x_rows,
+                                               const float* const* mask_rows, const float* const* g_rows, float scale,
+                                               int64_t n, const float* st, Ahead& ahead_x, Ahead& ahead_g) {
+  float* dx[R];  // locals, as in exp_shifted_rows
+  const T* x[R];
+  const float* mask[R];
+  const float* g[R];
+  float m[R], inv[R];
+  double t[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    dx[r] = dx_rows[r], x[r] = x_rows[r], mask[r] = mask_rows[r], g[r] = g_rows[r];
+    m[r] = st[2 * r], inv[r] = st[2 * r + 1], t[r] = 0;
+  }
+  for (int64_t b = 0; b < n; b += kSoftmaxFlush) {
+    const int64_t end = std::min(n, b + kSoftmaxFlush);
+    f8 acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = f8{};
+    int64_t i = b;
+    for (; i + kWidth <= end; i += kWidth) {
+      ahead_x.next();
+      ahead_g.next();
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const Lanes p = exp_nonpositive(score(load(x[r] + i), scale, mask[r], i) - m[r]) * inv[r];
+        store(dx[r] + i, p);
+        const Lanes gv = load(g[r] + i);
+        acc[r] += low(gv) * low(p);
+        acc[r] += high(gv) * high(p);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (i < end) {
+        const int64_t k = end - i;
+        const Lanes s = score_first(load_first(x[r] + i, k), scale, mask[r], i, k);
+        // the lanes past k zeroed, as dot_row pads them
+        const Lanes p = lanes(_mm512_maskz_mov_ps(first(k), raw(exp_nonpositive(s - m[r]) * inv[r])));
+        store_first(dx[r] + i, p, k);
+        const Lanes gv = load_first(g[r] + i, k);
+        acc[r] += low(gv) * low(p);
+        if (k > kHalf) acc[r] += high(gv) * high(p);
+      }
+      t[r] += vec8::hsum(acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) dots[r] = float(t[r]);
+}
+
+// Pass two: dx = out_scale * (p * (g - dot)), p in dx.
+template <int R>
+EMBER_LANES_INLINE void input_grads(float* const* dx_rows, const float* const* g_rows, const float* dots,
+                                    float out_scale, int64_t n) {
+  float* dx[R];
+  const float* g[R];
+  float dot[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) dx[r] = dx_rows[r], g[r] = g_rows[r], dot[r] = dots[r];
+  int64_t i = 0;
+  for (; i + kWidth <= n; i += kWidth)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) store(dx[r] + i, out_scale * (load(dx[r] + i) * (load(g[r] + i) - dot[r])));
+  if (i < n)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int64_t k = n - i;
+      store_first(dx[r] + i, out_scale * (load_first(dx[r] + i, k) * (load_first(g[r] + i, k) - dot[r])), k);
+    }
+}
+
+// The backward over `rows` rows, two at a time, pipelined: each step runs one group's first pass
+// and the second pass of the group before, whose dot products are then done; the rows of the
+// group after next are prefetched along the way.
+template <typename T>
+void scaled_masked_softmax_backward_run(int64_t rows, float* const* dx, const T* const* x, const float* const* mask,
+                                        const float* const* g, float scale, float out_scale, int64_t n,
+                                        const float* st) {
+  constexpr int R = 2;
+  const int64_t groups = rows / R;
+  float dots[R] = {}, before[R] = {};
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t r = gi * R;
+    SpreadPrefetch<R> ahead_x, ahead_g;
+    if (gi + 2 < groups) ahead_x = SpreadPrefetch<R>(x + r + 2 * R, n), ahead_g = SpreadPrefetch<R>(g + r + 2 * R, n);
+    probabilities_and_dots<R>(dots, dx + r, x + r, mask + r, g + r, scale, n, st + 2 * r, ahead_x, ahead_g);
+    ahead_x.finish();
+    ahead_g.finish();
+    if (gi > 0) input_grads<R>(dx + r - R, g + r - R, before, out_scale, n);
+#pragma GCC unroll 8
+    for (int k = 0; k < R; ++k) before[k] = dots[k];
+  }
+  if (groups > 0) input_grads<R>(dx + (groups - 1) * R, g + (groups - 1) * R, before, out_scale, n);
+  for (int64_t r = groups * R; r < rows; ++r) {
+    SpreadPrefetch<1> none;
+    float dot;
+    probabilities_and_dots<1>(&dot, dx + r, x + r, mask + r, g + r, scale, n, st + 2 * r, none, none);
+    input_grads<1>(dx + r, g + r, &dot, out_scale, n);
+  }
 }
 
 template <typename T>
@@ -417,6 +615,12 @@ void softmax_row_run_avx512(float* y, const float* x, int64_t rows, int64_t n) {
   lanes16::softmax_row_run(y, x, rows, n);
 }
 
+void log_softmax_row_avx512(float* y, const float* x, int64_t n) { lanes16::log_softmax_row(y, x, n); }
+
+void log_softmax_backward_row_avx512(float* dx, const float* g, const float* y, int64_t n) {
+  lanes16::log_softmax_backward_row(dx, g, y, n);
+}
+
 template <typename T>
 void ScaledMaskedSoftmaxAvx512<T>::group(int rows, float* const* y, const T* const* x, const float* const* mask,
                                          float scale, int64_t n, float* st) {
@@ -431,6 +635,12 @@ template <typename T>
 void ScaledMaskedSoftmaxAvx512<T>::run(int64_t rows, float* const* y, const T* const* x, const float* const* mask,
                                        float scale, int64_t n, float* st) {
   lanes16::scaled_masked_softmax_run(rows, y, x, mask, scale, n, st);
+}
+template <typename T>
+void ScaledMaskedSoftmaxAvx512<T>::backward_run(int64_t rows, float* const* dx, const T* const* x,
+                                                const float* const* mask, const float* const* g, float scale,
+                                                float out_scale, int64_t n, const float* st) {
+  lanes16::scaled_masked_softmax_backward_run(rows, dx, x, mask, g, scale, out_scale, n, st);
 }
 // Here only: no other file sees the definitions, so no other file can instantiate them.
 template struct ScaledMaskedSoftmaxAvx512<float>;

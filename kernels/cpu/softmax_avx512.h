@@ -17,6 +17,11 @@ void softmax_rows_avx512(int rows, float* const* y, const float* const* x, int64
 // softmax_rows, pipelined across groups of rows.
 void softmax_row_run_avx512(float* y, const float* x, int64_t rows, int64_t n);
 
+// log_softmax of one row of n, and its backward (dx = g - exp(y) * sum g), as the 8-lane rows of
+// kernels/cpu/normalization_softmax.cpp; y may be x, dx may be g.
+void log_softmax_row_avx512(float* y, const float* x, int64_t n);
+void log_softmax_backward_row_avx512(float* dx, const float* g, const float* y, int64_t n);
+
 // The rows of the scaled masked softmax (fused_softmax_rows.h) for x of type T: float, BFloat16
 // or Half, the types softmax_avx512.cpp instantiates.
 template <typename T>
@@ -31,6 +36,12 @@ struct ScaledMaskedSoftmaxAvx512 {
   // statistics), pipelined across groups of rows as softmax_row_run_avx512.
   static void run(int64_t rows, float* const* y, const T* const* x, const float* const* mask, float scale, int64_t n,
                   float* st);
+  // The backward of `rows` rows: dx[r] = out_scale * (p * (g[r] - sum g[r] * p)), p the
+  // probabilities group_again recomputes from the statistics st, the same bits as
+  // scaled_masked_softmax_backward_cpu's 8-lane rows (fused_softmax.cpp) give in float. dx[r]
+  // holds p on the way, so it must not be g[r].
+  static void backward_run(int64_t rows, float* const* dx, const T* const* x, const float* const* mask,
+                           const float* const* g, float scale, float out_scale, int64_t n, const float* st);
 };
 
 }  // namespace ember::cpu

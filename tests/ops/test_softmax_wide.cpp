@@ -1,5 +1,5 @@
 // The 16-lane (AVX-512) softmax rows against the 8-lane (AVX2) ones (kernels/cpu/softmax_avx512.h),
-// each run forced through set_cpu_capability: softmax, scaled_masked_softmax and attention,
+// each run forced through set_cpu_capability: softmax, log_softmax, scaled_masked_softmax and attention,
 // forward and backward, must give the same bits over row lengths that reach every lane body and
 // tail and cross the 512-element flush of the row sums, in every row grouping, with masks, -inf
 // rows, NaN, +-inf, huge and tiny values. A NaN matches any NaN (same_bits): its sign follows
@@ -93,6 +93,25 @@ TEST_F(SoftmaxWide, SoftmaxMatchesTheAvx2RowsBitForBit) {
         auto first = [](const Tensor& t) { return softmax(t, 0); };
         const Tensor xt = x.t().contiguous(), gt = g.t().contiguous();
         return std::vector<Tensor>{last(x), grad_of(last, x, g), first(xt), grad_of(first, xt, gt)};
+      });
+    }
+  }
+}
+
+TEST_F(SoftmaxWide, LogSoftmaxMatchesTheAvx2RowsBitForBit) {
+  for (int64_t n : row_lengths()) {
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      const Tensor x = scores(n).to(dt), g = random_tensor({7, n}, dt);
+      // gradients with a NaN and +-inf among them, which the backward's row sum carries
+      Tensor g_specials = g.clone();
+      g_specials.narrow(0, 5, 1).narrow(1, n / 2, 1).fill_(NAN);
+      g_specials.narrow(0, 2, 1).narrow(1, n - 1, 1).fill_(kInf);
+      expect_paths_agree("log_softmax n " + std::to_string(n) + " " + dtype_name(dt), [&] {
+        auto last = [](const Tensor& t) { return log_softmax(t, -1); };
+        auto first = [](const Tensor& t) { return log_softmax(t, 0); };
+        const Tensor xt = x.t().contiguous(), gt = g.t().contiguous();
+        return std::vector<Tensor>{last(x), grad_of(last, x, g), grad_of(last, x, g_specials), first(xt),
+                                   grad_of(first, xt, gt)};
       });
     }
   }
