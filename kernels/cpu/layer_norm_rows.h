@@ -1,6 +1,8 @@
-// Layer norm of one float row, forward and backward, on 8 float lanes. Shared by the layer norm
-// kernels (f32, bf16 and f16 data are widened to float rows) and the fused residual add + layer
-// norm kernels, so both compute identically.
+// Layer norm of one float row, forward and backward, on 8 float lanes (the apply and backward
+// loops of rows of a multiple of 16 go to their 16-lane twins, kernels/cpu/layer_norm_rows_avx512.h,
+// where the CPU has AVX-512: the same bits). Shared by the layer norm kernels (f32, bf16 and f16
+// data are widened to float rows) and the fused residual add + layer norm kernels, so both
+// compute identically.
 //
 // Statistics take two passes over the row (mean, then the mean squared deviation), each summed in
 // float lanes that are flushed into double every 512 elements: no cancellation from a large mean,
@@ -12,6 +14,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cpu_features.h"
+#include "kernels/cpu/layer_norm_rows_avx512.h"
 #include "kernels/cpu/vec8.h"
 
 namespace ember::cpu {
@@ -136,6 +140,8 @@ void add_rows_with_sums(double* sum, float* const* h, const float* const* a, con
 inline void layer_norm_apply_row(float* y, const float* h, int64_t n, RowStats s, const float* w, const float* b) {
   using namespace vec8;
   using ln_detail::fused_mul_add;
+  if (w && b && n % 16 == 0 && cpu_capability() == CpuCapability::Avx512)
+    return layer_norm_apply_row_avx512(y, h, n, s.mean, s.rstd, w, b);
   auto row = [&](auto with_w, auto with_b) {
     constexpr bool kW = decltype(with_w)::value, kB = decltype(with_b)::value;
     int64_t i = 0;
@@ -181,6 +187,8 @@ inline void layer_norm_backward_row(float* dh, const float* g, const float* h, i
   using ln_detail::fused_mul_add;
   using ln_detail::rounded;
   const float mean = s.mean, rstd = s.rstd;
+  if (n % 16 == 0 && cpu_capability() == CpuCapability::Avx512)
+    return layer_norm_backward_row_avx512(dh, g, h, n, mean, rstd, w, dw, db, dh_copy);
   double sum_gw = 0, sum_gw_xh = 0;
   for (int64_t blk = 0; blk < n; blk += ln_detail::kFlush) {
     const int64_t end = std::min(n, blk + ln_detail::kFlush);
