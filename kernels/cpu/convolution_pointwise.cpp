@@ -147,8 +147,13 @@ void multiply_task(const PointwiseGeometry& g, const float* packed_w, const floa
 
 PointwiseTile pointwise_tile_for_this_cpu() {
   if (packed_kernel_for_this_cpu() == PackedKernel::Avx512)
-    return {kPackedAvx512Rows, kPackedAvx512Cols, packed_micro_kernel_avx512, strided_b_micro_kernel_avx512,
-            streamed_b_micro_kernel_avx512};
+    return {kPackedAvx512Rows,
+            kPackedAvx512Cols,
+            packed_micro_kernel_avx512,
+            strided_b_micro_kernel_avx512,
+            streamed_b_micro_kernel_avx512,
+            {part_b_micro_kernel_avx512<4, false>, part_b_micro_kernel_avx512<8, false>},
+            {part_b_micro_kernel_avx512<4, true>, part_b_micro_kernel_avx512<8, true>}};
   return {kPackedAvx2Rows, kPackedAvx2Cols, packed_micro_kernel_avx2, strided_b_micro_kernel_avx2, nullptr};
 }
 

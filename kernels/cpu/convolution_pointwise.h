@@ -40,6 +40,18 @@ struct PointwiseTile {
   int64_t rows, cols;
   PackedMicroKernel packed;
   Strided strided, streamed;
+  // AVX-512 only (else null): the tiles' first 4 and 8 rows, for a last row panel of that few.
+  Strided strided_part[2] = {}, streamed_part[2] = {};
+  // The rows the kernels for a panel of `panel_rows` rows compute (at least panel_rows, at most rows).
+  int64_t rows_for(int64_t panel_rows) const {
+    return strided_part[0] && panel_rows <= 4 ? 4 : strided_part[1] && panel_rows <= 8 ? 8 : rows;
+  }
+  Strided strided_for(int64_t panel_rows) const {
+    return rows_for(panel_rows) == rows ? strided : strided_part[rows_for(panel_rows) / 4 - 1];
+  }
+  Strided streamed_for(int64_t panel_rows) const {
+    return rows_for(panel_rows) == rows ? streamed : streamed_part[rows_for(panel_rows) / 4 - 1];
+  }
 };
 PointwiseTile pointwise_tile_for_this_cpu();
 

@@ -48,9 +48,11 @@ void multiply_panels(const PointwiseGeometry& g, const PointwiseTile& t, const f
       if (next_x) prefetch_position_rows(g, next_x, (q - q0) * weight_panels + r, (q1 - q0) * weight_panels);
       const int64_t rows = std::min(t.rows, g.out_channels - r * t.rows);
       float* c = y + r * t.rows * area + q * t.cols;
-      const bool full = rows == t.rows && width == t.cols;
-      (full && streamed ? t.streamed : t.strided)(g.channels, packed_w + r * g.channels * t.rows, xs + q * t.cols, ld,
-                                                  full ? c : tile, full ? area : t.cols, 1.0f, 0.0f);
+      // A last panel of 4 or 8 rows on AVX-512 runs the tile's first rows only, straight into y.
+      const bool full = rows == t.rows_for(rows) && width == t.cols;
+      (full && streamed ? t.streamed_for(rows) : t.strided_for(rows))(
+          g.channels, packed_w + r * g.channels * t.rows, xs + q * t.cols, ld, full ? c : tile, full ? area : t.cols,
+          1.0f, 0.0f);
       if (!full)
         for (int64_t i = 0; i < rows; ++i) std::copy(tile + i * t.cols, tile + i * t.cols + width, c + i * area);
       if (bias)

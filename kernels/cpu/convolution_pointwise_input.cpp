@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "kernels/cpu/convolution_pointwise.h"
+#include "kernels/cpu/convolution_pointwise_spread.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec8.h"
@@ -82,8 +84,10 @@ void multiply(const PointwiseGeometry& g, const PointwiseTile& t, const float* p
     for (int64_t r = 0; r < row_panels(g, t); ++r) {
       const float* a = packed_w + r * g.out_channels * t.rows;
       float* c = tile + r * t.rows * ld + q * t.cols;
+      // A last panel of 4 or 8 channels on AVX-512: the tile's first rows only (spread reads no others).
+      const int64_t rows = std::min(t.rows, g.channels - r * t.rows);
       if (q < full)
-        t.strided(g.out_channels, a, dy + col0 + q * t.cols, g.area(), c, ld, 1.0f, 0.0f);
+        t.strided_for(rows)(g.out_channels, a, dy + col0 + q * t.cols, g.area(), c, ld, 1.0f, 0.0f);
       else
         t.packed(g.out_channels, a, edge, c, ld, 1.0f, 0.0f);
     }
@@ -121,15 +125,22 @@ void stream_stride2_row(float* row, const float* s, int64_t hi, int64_t width, f
 // dX rows [ih0, ih1) of one image from the tile of output rows from oh0 on (row stride ld),
 // channel by channel: a row some output row reads holds that row's values every stride-th
 // column, the rest zero; plus bias[c] on channel c when given (added to the values and zeros as
-// the GEMM path adds it).
+// the GEMM path adds it). On AVX-512 the rows go out a channel's stretch at a time in whole lines
+// where they can (convolution_pointwise_spread.h).
 void spread(const PointwiseGeometry& g, const float* tile, int64_t ld, int64_t oh0, int64_t ih0, int64_t ih1,
             const float* bias, float* dx) {
   const int64_t sh = g.p.stride[0], sw = g.p.stride[1], top = g.p.padding_begin[0], left = g.p.padding_begin[1];
   const int64_t lo = g.first_inside(), hi = g.end_inside(), width = g.width;
   const bool streamed = sw == 2 && left == 0 && width % 8 == 0 && reinterpret_cast<uintptr_t>(dx) % 32 == 0;
+  const bool whole_lines =
+      cpu_capability() == CpuCapability::Avx512 && stride2_rows_stream_whole_lines(g, dx, ih0, ih1);
   for (int64_t c = 0; c < g.channels; ++c) {
     // x + (-0) is x for every x, so without a bias the values pass unchanged.
     const float add = bias ? bias[c] : -0.0f, zero = bias ? 0.0f + bias[c] : 0.0f;
+    if (whole_lines) {
+      stream_stride2_rows_avx512(g, tile + c * ld, oh0, ih0, ih1, add, dx + c * g.height * width);
+      continue;
+    }
     for (int64_t ih = ih0; ih < ih1; ++ih) {
       float* row = dx + (c * g.height + ih) * width;
       const int64_t oh = (ih + top) / sh;
@@ -159,7 +170,7 @@ void spread(const PointwiseGeometry& g, const float* tile, int64_t ld, int64_t o
       for (; ow < hi; ++ow) row[ow * sw - left] = s[ow] + add;
     }
   }
-  if (streamed) _mm_sfence();  // the streamed lines reach memory before another thread reads them
+  if (streamed || whole_lines) _mm_sfence();  // the streamed lines reach memory before another thread reads them
 }
 
 }  // namespace

@@ -125,5 +125,13 @@ void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, i
 // caller fences (_mm_sfence) before another thread reads C.
 void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                     float alpha, float beta);
+// The first kRows rows of the strided and streamed tiles (a still kPackedAvx512Rows values a step,
+// the rest of C's tile neither read nor written), for a last row panel with that few rows: the full
+// tile spent a third or two thirds of its multiplies on zero rows there. The same values row for
+// row.
+// kRows 4 or 8; kStream: C written past the cache, as streamed_b_micro_kernel_avx512.
+template <int kRows, bool kStream>
+void part_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                float alpha, float beta);
 
 }  // namespace ember::cpu

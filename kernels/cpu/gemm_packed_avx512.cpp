@@ -31,10 +31,10 @@ namespace {
 // The tile with B's rows ldb floats apart: the packed panel (ldb = kCols, aligned) or rows of a
 // row-major matrix read in place (unaligned). kStream: C's rows written with non-temporal
 // stores, nothing of C read or asked for beforehand (beta taken as 0).
-template <bool kPanel, bool kStream = false>
+// kRows: the tile's first rows computed (a still kPackedAvx512Rows values a step).
+template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows>
 [[gnu::always_inline]] inline void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
                                               int64_t ldc, float alpha, float beta) {
-  constexpr int kRows = kPackedAvx512Rows;
   constexpr int kCols = kPackedAvx512Cols;
   static_assert(kCols == 32, "two zmm vectors a row");
   __m512 acc0[kRows], acc1[kRows];
@@ -57,7 +57,7 @@ template <bool kPanel, bool kStream = false>
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
-    a += kRows;
+    a += kPackedAvx512Rows;
     b += kPanel ? kCols : ldb;
   }
   const __m512 va = _mm512_set1_ps(alpha);
@@ -100,6 +100,20 @@ void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, 
                                     float alpha, float beta) {
   tile_12x32<false, true>(kc, a, b, ldb, c, ldc, alpha, beta);
 }
+
+template <int kRows, bool kStream>
+void part_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                float alpha, float beta) {
+  tile_12x32<false, kStream, kRows>(kc, a, b, ldb, c, ldc, alpha, beta);
+}
+template void part_b_micro_kernel_avx512<4, false>(int64_t, const float*, const float*, int64_t, float*, int64_t,
+                                                   float, float);
+template void part_b_micro_kernel_avx512<8, false>(int64_t, const float*, const float*, int64_t, float*, int64_t,
+                                                   float, float);
+template void part_b_micro_kernel_avx512<4, true>(int64_t, const float*, const float*, int64_t, float*, int64_t,
+                                                  float, float);
+template void part_b_micro_kernel_avx512<8, true>(int64_t, const float*, const float*, int64_t, float*, int64_t,
+                                                  float, float);
 
 }  // namespace ember::cpu
 

@@ -395,7 +395,8 @@ TEST(Conv2d, AutomaticCpuPathFollowsTheChannelCount) {
 // on a CPU with AVX-512, each layer's forward and gradients at both, on the path that runs them at
 // both (a 1x1 stride-2 layer whose output passes 1 MiB, written past the cache; a padded 1x1 layer
 // with odd channel counts; a one-channel 3x3 layer on the direct kernel; a batch of one, which the
-// 1x1 forward splits within the image).
+// 1x1 forward splits within the image; a 56-wide stride-2 layer whose input gradient streams lines
+// straddling two rows and whose last row panels have 8 rows).
 TEST(Conv2d, Avx512KernelsGiveTheAvx2Bits) {
   if (!cpu_features().avx512f) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Layer {
@@ -407,6 +408,7 @@ TEST(Conv2d, Avx512KernelsGiveTheAvx2Bits) {
   const Layer layers[] = {{{4, 16, 64, 64}, {72, 16, 1, 1}, {2, 2}, {0, 0}, cpu::ConvPath::Gemm, true},
                           {{3, 21, 9, 13}, {11, 21, 1, 1}, {2, 2}, {1, 2}, cpu::ConvPath::Gemm, true},
                           {{1, 40, 30, 29}, {13, 40, 1, 1}, {2, 2}, {0, 0}, cpu::ConvPath::Gemm, true},
+                          {{2, 8, 56, 56}, {20, 8, 1, 1}, {2, 2}, {0, 0}, cpu::ConvPath::Gemm, true},
                           {{5, 1, 28, 28}, {7, 1, 3, 3}, {1, 1}, {1, 1}, cpu::ConvPath::Direct, false}};
   for (const Layer& l : layers)
     for (int threads : {1, 2}) {
@@ -428,6 +430,25 @@ TEST(Conv2d, Avx512KernelsGiveTheAvx2Bits) {
       }
       EXPECT_EQ(results[0], results[1]);
     }
+}
+
+// The stride-2 1x1 input gradient as conv_transpose2d's forward, with the bias it adds to every dX
+// value and zero: the AVX-512 rows (whole lines, 4- and 8-row panels) give the AVX2 bits.
+TEST(ConvTranspose2d, Avx512PointwiseGivesTheAvx2Bits) {
+  if (!cpu_features().avx512f) GTEST_SKIP() << "no AVX-512 on this CPU";
+  ForcedConvPath forced(cpu::ConvPath::Gemm);
+  for (int64_t out_channels : {16, 20, 13}) {
+    SCOPED_TRACE(std::to_string(out_channels) + " output channels");
+    const Tensor x = random_tensor({2, 24, 28, 28}), w = random_tensor({24, out_channels, 1, 1});
+    const Tensor b = random_tensor({out_channels});
+    std::vector<float> results[2];
+    for (CpuCapability capability : {CpuCapability::Avx2, CpuCapability::Avx512}) {
+      Capability at(capability);
+      results[capability == CpuCapability::Avx512] =
+          conv_transpose2d(x, w, b, {2, 2}, {0, 0}, {1, 1}, 1, {1, 1}).contiguous().to_vector<float>();
+    }
+    EXPECT_EQ(results[0], results[1]);
+  }
 }
 
 TEST(Conv2d, GradcheckInF64) {
