@@ -373,12 +373,18 @@ void log_softmax_backward_row(float* dx, const float* g, const float* y, int64_t
 
 // ---- fused_softmax_rows.h
 
-// score8: x * scale + mask in one FMA, or x * scale without a mask
+// score8: x * scale + mask in one FMA, or x * scale without a mask. The product is a builtin
+// (_mm512_mul_round_ps), not a vector `*`, so the compiler cannot fuse it into a subtraction that
+// follows (the backward's s - max): where it did, in some row groupings only, the bits moved.
+EMBER_LANES_INLINE Lanes scaled(Lanes x, float scale) {
+  return lanes(_mm512_mul_round_ps(raw(x), _mm512_set1_ps(scale), _MM_FROUND_CUR_DIRECTION));
+}
 EMBER_LANES_INLINE Lanes score(Lanes x, float scale, const float* mask, int64_t i) {
-  return mask ? lanes(_mm512_fmadd_ps(raw(x), _mm512_set1_ps(scale), raw(load(mask + i)))) : x * scale;
+  return mask ? lanes(_mm512_fmadd_ps(raw(x), _mm512_set1_ps(scale), raw(load(mask + i)))) : scaled(x, scale);
 }
 EMBER_LANES_INLINE Lanes score_first(Lanes x, float scale, const float* mask, int64_t i, int64_t k) {
-  return mask ? lanes(_mm512_fmadd_ps(raw(x), _mm512_set1_ps(scale), raw(load_first(mask + i, k)))) : x * scale;
+  return mask ? lanes(_mm512_fmadd_ps(raw(x), _mm512_set1_ps(scale), raw(load_first(mask + i, k))))
+              : scaled(x, scale);
 }
 
 template <typename T>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/parallel.h"
 #include "kernels/cpu/softmax_rows.h"
 #include "same_bits.h"
 #include "test_util.h"
@@ -60,18 +61,26 @@ Tensor grad_of(const std::function<Tensor(const Tensor&)>& f, const Tensor& x, c
   return xg.grad();
 }
 
-// fn's results under the AVX2 rows and under the AVX-512 rows, the same bits each.
+// fn's results under the AVX2 rows and under the AVX-512 rows, the same bits each, on one thread
+// and on two (the threads' shares group the rows differently: a row left over from a pair on one
+// thread is in a pair on two).
 void expect_paths_agree(const std::string& what, const std::function<std::vector<Tensor>()>& fn) {
   const CpuCapability saved = cpu_capability();
-  set_cpu_capability(CpuCapability::Avx2);
-  ASSERT_FALSE(cpu::wide_rows());
-  const std::vector<Tensor> narrow = fn();
-  set_cpu_capability(CpuCapability::Avx512);
-  ASSERT_TRUE(cpu::wide_rows());
-  const std::vector<Tensor> wide = fn();
-  set_cpu_capability(saved);
-  ASSERT_EQ(narrow.size(), wide.size());
-  for (size_t k = 0; k < narrow.size(); ++k) EXPECT_TRUE(same_bits(wide[k], narrow[k])) << what << ", result " << k;
+  const int saved_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    set_cpu_capability(CpuCapability::Avx2);
+    ASSERT_FALSE(cpu::wide_rows());
+    const std::vector<Tensor> narrow = fn();
+    set_cpu_capability(CpuCapability::Avx512);
+    ASSERT_TRUE(cpu::wide_rows());
+    const std::vector<Tensor> wide = fn();
+    set_cpu_capability(saved);
+    set_num_threads(saved_threads);
+    ASSERT_EQ(narrow.size(), wide.size());
+    for (size_t k = 0; k < narrow.size(); ++k)
+      EXPECT_TRUE(same_bits(wide[k], narrow[k])) << what << ", " << threads << " thread(s), result " << k;
+  }
 }
 
 class SoftmaxWide : public ::testing::Test {
