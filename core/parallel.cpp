@@ -27,6 +27,21 @@ thread_local bool tls_in_parallel = false;
 // not to matter to a neighbour.
 constexpr int kSpinIterations = 2000;
 
+// Synchronisation: a job is published by one seq_cst store of a word holding the job's sequence
+// number and thread count (the job pointer and counters are written before it), so a spinning
+// worker takes a job without touching a mutex. Mutexes and condition variables are used only
+// when someone sleeps, and only after the sleeper has announced itself in an atomic counter
+// (sleeping_workers_, caller_sleeping_) that the other side reads after its own seq_cst store:
+// of the store and the check, each side sees the other's, so no wake-up is lost. Before this, a
+// spinning worker that saw a new job blocked on the mutex the caller still held to publish it,
+// and a caller that saw the job finished blocked on the mutex a worker held to signal it: one or
+// two futex sleeps and wake-ups, tens of microseconds each in a virtual machine, per region.
+//
+// Each helper's share of a job is claimed before it runs, by the helper or, once the caller has
+// run its own share, by the caller: a helper that is asleep or descheduled when the job comes
+// (waking a thread on an idle virtual CPU took about 200 us on a busy KVM host, longer than a
+// share of a typical op) no longer holds the op up; the caller runs its share too. Shares are
+// the same calls whichever thread makes them, so results do not change.
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) { start(threads); }
@@ -46,24 +61,26 @@ class ThreadPool {
     std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
     if (!run.owns_lock()) return false;
     nthreads = std::min(nthreads, size());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = &job;
-      job_threads_ = nthreads;
-      remaining_.store(nthreads - 1, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    cv_start_.notify_all();
+    // Every worker of the previous job has finished with job_ (remaining_ reached 0), and the
+    // workers not in it never read job_, so these plain writes race with nothing.
+    job_ = &job;
+    remaining_.store(nthreads - 1, std::memory_order_relaxed);
+    sequence_ += 1;
+    publish(sequence_, nthreads);
     execute(job, 0);
+    // the shares no helper has started yet
+    for (int t = 1; t < nthreads; ++t)
+      if (claim(t, sequence_)) {
+        execute(job, t);
+        remaining_.fetch_sub(1);
+      }
     // Wait for the helpers: poll, then sleep.
     for (int i = 0; i < kSpinIterations && remaining_.load(std::memory_order_acquire) > 0; ++i) EMBER_CPU_RELAX();
     if (remaining_.load(std::memory_order_acquire) > 0) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_done_.wait(lock, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = nullptr;
+      caller_sleeping_.store(true);
+      cv_done_.wait(lock, [&] { return remaining_.load() == 0; });
+      caller_sleeping_.store(false, std::memory_order_relaxed);
     }
     if (error_) {
       std::exception_ptr e = error_;
@@ -74,21 +91,48 @@ class ThreadPool {
   }
 
  private:
+  // The published word: the job's sequence number above, its thread count in the low bits
+  // (0: stop).
+  static constexpr int kThreadBits = 16;
+  static uint64_t word(uint64_t sequence, int nthreads) { return sequence << kThreadBits | uint64_t(nthreads); }
+  static int threads_of(uint64_t w) { return int(w & ((uint64_t(1) << kThreadBits) - 1)); }
+  static uint64_t sequence_of(uint64_t w) { return w >> kThreadBits; }
+
+  // Whether this thread takes share t of job `sequence` (true for exactly one claimant). A share
+  // is claimed by raising its slot to the job's sequence number: a late helper of a finished job
+  // finds the slot at that job's number already and takes nothing.
+  bool claim(int t, uint64_t sequence) {
+    std::atomic<uint64_t>& slot = claimed_[size_t(t)];
+    uint64_t old = slot.load(std::memory_order_relaxed);
+    while (old < sequence && !slot.compare_exchange_weak(old, sequence)) {
+    }
+    return old < sequence;
+  }
+
+  // Makes word(sequence, nthreads) the current job and wakes the workers that sleep.
+  void publish(uint64_t sequence, int nthreads) {
+    current_.store(word(sequence, nthreads));
+    if (sleeping_workers_.load() > 0) {
+      // A sleeper counted itself under mu_ and then checks current_ under mu_ before waiting:
+      // taking mu_ here orders this notify after that check.
+      { std::lock_guard<std::mutex> lock(mu_); }
+      cv_start_.notify_all();
+    }
+  }
+
   void start(int threads) {
-    stopping_ = false;
-    // Workers start from the current generation: a job posted before a new thread first
-    // runs must still count as new to it.
-    const uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+    EMBER_CHECK(threads < (1 << kThreadBits), "set_num_threads: at most ", (1 << kThreadBits) - 1, " threads");
+    // Workers start from the current word: a job posted before a new thread first runs must
+    // still count as new to it.
+    const uint64_t seen = current_.load();
+    claimed_ = std::vector<std::atomic<uint64_t>>(size_t(threads));
+    for (auto& slot : claimed_) slot.store(sequence_, std::memory_order_relaxed);
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
   }
 
   void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    cv_start_.notify_all();
+    sequence_ += 1;
+    publish(sequence_, 0);
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
@@ -106,23 +150,23 @@ class ThreadPool {
 
   void worker(int id, uint64_t seen) {
     while (true) {
-      for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++i) EMBER_CPU_RELAX();
-      if (generation_.load(std::memory_order_acquire) == seen) {
+      uint64_t now = seen;
+      for (int i = 0; i < kSpinIterations && (now = current_.load(std::memory_order_acquire)) == seen; ++i)
+        EMBER_CPU_RELAX();
+      if (now == seen) {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_start_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        sleeping_workers_.fetch_add(1);
+        cv_start_.wait(lock, [&] { return (now = current_.load()) != seen; });
+        sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
       }
-      const std::function<void(int)>* job;
-      int nthreads;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) return;
-        seen = generation_.load(std::memory_order_acquire);
-        job = job_;
-        nthreads = job_threads_;
-      }
-      if (job == nullptr || id >= nthreads) continue;
-      execute(*job, id);
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      seen = now;
+      const int nthreads = threads_of(now);
+      if (nthreads == 0) return;
+      if (id >= nthreads || !claim(id, sequence_of(now))) continue;
+      // job_ was written before current_ (release, acquire above) and stays until remaining_ is
+      // 0, which this share's count keeps from happening
+      execute(*job_, id);
+      if (remaining_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
         std::lock_guard<std::mutex> lock(mu_);
         cv_done_.notify_one();
       }
@@ -131,13 +175,15 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex run_mu_;  // one parallel region at a time
-  std::mutex mu_;
+  std::mutex mu_;      // only for sleeping and waking
   std::condition_variable cv_start_, cv_done_;
-  std::atomic<uint64_t> generation_{0};
+  uint64_t sequence_ = 0;  // written under run_mu_ (or by the destructor)
+  std::atomic<uint64_t> current_{0};
   std::atomic<int> remaining_{0};
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::vector<std::atomic<uint64_t>> claimed_;  // per share: the last job whose share was claimed
   const std::function<void(int)>* job_ = nullptr;
-  int job_threads_ = 0;
-  bool stopping_ = false;
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

@@ -5,14 +5,18 @@
 // pass for sum(dy w x) and one writing dx. dweight = sum over rows of dy xhat: rows are cut
 // into fixed chunks, each adding into its own partial sums, then the chunks are added in order
 // (results independent of the thread count).
+// f32 rows of a multiple of 16 take the 16-lane twins of these loops where the CPU has AVX-512
+// (kernels/cpu/rms_norm_rows_avx512.h): the same bits.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
+#include "core/cpu_features.h"
 #include "core/native/normalization.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/normalization_lanes.h"
+#include "kernels/cpu/rms_norm_rows_avx512.h"
 #include "kernels/cpu/scratch.h"
 
 namespace ember {
@@ -25,6 +29,13 @@ using nl::kLanes;
 constexpr int64_t kTaskElements = 16384;
 constexpr int64_t kRowsPerChunk = 32;
 constexpr int kSideBySide = 4;  // f32 rows whose sums run side by side (independent add chains)
+static_assert(kSideBySide <= cpu::rms_norm_rows::kMaxRows);
+
+// Whether f32 rows of `cols` take the 16-lane loops.
+template <typename T>
+bool wide_rows(int64_t cols) {
+  return std::is_same_v<T, float> && cols % 16 == 0 && cpu_capability() == CpuCapability::Avx512;
+}
 
 void rms_norm_cpu(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight, int64_t rows,
                   int64_t cols, double eps) {
@@ -35,13 +46,26 @@ void rms_norm_cpu(const Tensor& y, const Tensor& rstd, const Tensor& x, const Te
     T* py = y.data_ptr<T>();
     A* pr = rstd.data_ptr<A>();
     const A* w = nl::data_or_null<A>(weight);
+    const bool wide = wide_rows<T>(cols);
     const auto finish_row = [&](int64_t r, double ss) {
       const A rs = A(1.0 / std::sqrt(ss / double(cols) + eps));
       pr[r] = rs;
+      if constexpr (std::is_same_v<T, float>)
+        if (wide) return cpu::rms_norm_rows::scale_row_avx512(py + r * cols, px + r * cols, cols, rs, w);
       nl::scale_weighted(py + r * cols, px + r * cols, cols, rs, w);
     };
     parallel_for(0, rows, std::max<int64_t>(1, kTaskElements / cols), [&](int64_t rb, int64_t re) {
       int64_t r = rb;
+      if constexpr (std::is_same_v<T, float>)
+        if (wide) {
+          for (; r < re; r += kSideBySide) {
+            const int group = int(std::min<int64_t>(kSideBySide, re - r));
+            double ss[kSideBySide];
+            cpu::rms_norm_rows::sum_squares_avx512(ss, px + r * cols, cols, group);
+            for (int k = 0; k < group; ++k) finish_row(r + k, ss[k]);
+          }
+          return;
+        }
       if constexpr (std::is_same_v<T, float>)
         for (; r + kSideBySide <= re; r += kSideBySide) {
           nl::Sums2 ss[kSideBySide];
@@ -104,6 +128,25 @@ void backward_row(T* dx, double* dw_part, const T* dy, const T* x, const A* w, i
   }
 }
 
+// backward_row of f32 rows [rb, re) on 16 lanes, kSideBySide rows at a time (dx null: dweight only).
+void backward_wide_rows(float* dx, double* dw_part, const float* dy, const float* x, const float* rstd,
+                        const float* w, int64_t rb, int64_t re, int64_t cols) {
+  namespace rows = cpu::rms_norm_rows;
+  for (int64_t r = rb; r < re; r += kSideBySide) {
+    const int group = int(std::min<int64_t>(kSideBySide, re - r));
+    const int64_t off = r * cols;
+    double dots[kSideBySide] = {};
+    if (dx) rows::weighted_dots_avx512(dots, dy + off, x + off, w, cols, group);
+    float a[kSideBySide], b[kSideBySide];
+    for (int j = 0; j < group; ++j) {
+      const double rs = double(rstd[r + j]);
+      a[j] = float(rs);
+      b[j] = dx ? float(-rs * rs * rs * dots[j] / double(cols)) : 0.0f;
+    }
+    rows::backward_rows_avx512(dx ? dx + off : nullptr, dw_part, dy + off, x + off, w, cols, group, a, b);
+  }
+}
+
 void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
                            const Tensor& rstd, const Tensor& weight, int64_t rows, int64_t cols) {
   visit_floating(x.dtype(), "rms_norm_backward", [&](auto tag) {
@@ -114,6 +157,7 @@ void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor
     T* pdx = dx.defined() ? dx.data_ptr<T>() : nullptr;
     const A* pr = rstd.data_ptr<A>();
     const A* w = nl::data_or_null<A>(weight);
+    const bool wide = wide_rows<T>(cols);
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     double* part = dweight.defined() ? cpu::thread_scratch<double>(0, size_t(chunks * cols)) : nullptr;
     parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
@@ -130,6 +174,11 @@ void rms_norm_backward_cpu(const Tensor& dx, const Tensor& dweight, const Tensor
         };
         const int64_t end = std::min(rows, (k + 1) * kRowsPerChunk);
         int64_t r = k * kRowsPerChunk;
+        if constexpr (std::is_same_v<T, float>)
+          if (wide) {
+            backward_wide_rows(pdx, part ? part + k * cols : nullptr, pg, px, pr, w, r, end, cols);
+            continue;
+          }
         if constexpr (std::is_same_v<T, float>)
           if (pdx)
             for (; r + kSideBySide <= end; r += kSideBySide) {

@@ -8,27 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
-#include "same_bits.h"
+#include "capability_paths.h"
 #include "test_util.h"
 
 using namespace ember;
+using ember::testing::cpu_has_avx512;
+using ember::testing::expect_avx2_and_avx512_agree;
 using ember::testing::random_tensor;
-using ember::testing::same_bits;
 
 namespace {
-
-// fn's results under the AVX2 rows and under the AVX-512 rows, the same bits each.
-void expect_paths_agree(const std::string& what, const std::function<std::vector<Tensor>()>& fn) {
-  const CpuCapability saved = cpu_capability();
-  set_cpu_capability(CpuCapability::Avx2);
-  const std::vector<Tensor> narrow = fn();
-  set_cpu_capability(CpuCapability::Avx512);
-  const std::vector<Tensor> wide = fn();
-  set_cpu_capability(saved);
-  ASSERT_EQ(narrow.size(), wide.size());
-  for (size_t k = 0; k < narrow.size(); ++k) EXPECT_TRUE(same_bits(wide[k], narrow[k])) << what << ", result " << k;
-}
 
 // The forward result and every gradient of f(x, residual, w, b) against g.
 std::vector<Tensor> forward_and_grads(
@@ -47,9 +35,7 @@ std::vector<Tensor> forward_and_grads(
 class LayerNormWide : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CpuFeatures& f = cpu_features();
-    if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq))
-      GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane layer norm rows";
+    if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane layer norm rows";
   }
 };
 
@@ -65,14 +51,14 @@ TEST_F(LayerNormWide, LayerNormAndAddLayerNormMatchTheAvx2RowsBitForBit) {
         const Tensor b = with_b ? random_tensor({n}, DType::f32) : Tensor();
         const std::string what = "n " + std::to_string(n) + " " + dtype_name(dt) + (with_w ? " w" : "") +
                                  (with_b ? " b" : "");
-        expect_paths_agree("layer_norm " + what, [&] {
+        expect_avx2_and_avx512_agree("layer_norm " + what, [&] {
           return forward_and_grads(
               [n](const Tensor& xv, const Tensor&, const Tensor& wv, const Tensor& bv) {
                 return layer_norm(xv, {n}, wv, bv);
               },
               x, Tensor(), w, b, g);
         });
-        expect_paths_agree("add_layer_norm " + what, [&] {
+        expect_avx2_and_avx512_agree("add_layer_norm " + what, [&] {
           return forward_and_grads(
               [n](const Tensor& xv, const Tensor& rv, const Tensor& wv, const Tensor& bv) {
                 return add_layer_norm(xv, rv, {n}, wv, bv);
