@@ -1,8 +1,9 @@
-// The 16-lane (AVX-512) GELU rows against the AVX2 ones, each run forced through
-// set_cpu_capability, on one thread and on two: the same bits everywhere. Lengths below and above
-// the streamed-output size (kernels/cpu/streamed_output.h), odd so the second thread's half
-// starts inside a 64-byte line; NaN, +-inf, huge, tiny and far-tail values among the inputs.
-// Skips where the CPU has no AVX-512.
+// The 16-lane (AVX-512) GELU rows and the fused AVX-512 dropout against the AVX2 paths, each run
+// forced through set_cpu_capability, on one thread and on two: the same bits everywhere. Lengths
+// below and above the streamed-output size (kernels/cpu/streamed_output.h), odd so the second
+// thread's half starts inside a 64-byte line; NaN, +-inf, huge, tiny and far-tail values among
+// the inputs; dropout counters whose low word carries inside a 16-block step. Skips where the
+// CPU has no AVX-512.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -69,6 +70,22 @@ TEST_F(ElementwiseWide, GeluMatchesTheAvx2RowsBitForBit) {
       expect_paths_agree("gelu n " + std::to_string(n) + (tanh_approx ? " tanh" : " erf"), [&] {
         Tensor xg = x.detach().requires_grad_();
         Tensor y = gelu(xg, tanh_approx);
+        y.backward(g);
+        return cat({y.detach(), xg.grad()});
+      });
+    }
+  }
+}
+
+TEST_F(ElementwiseWide, DropoutMatchesTheAvx2PathBitForBit) {
+  // the mask reaches the gradient: dx = dy * (keep ? scale : 0)
+  for (int64_t n : lengths()) {
+    const Tensor x = inputs(n), g = random_tensor({n});
+    for (uint64_t offset : {uint64_t(0), (uint64_t(1) << 32) - 1003}) {
+      expect_paths_agree("dropout n " + std::to_string(n) + " offset " + std::to_string(offset), [&] {
+        default_generator().set_state({0x5EED, offset});
+        Tensor xg = x.detach().requires_grad_();
+        Tensor y = dropout(xg, 0.3, true);
         y.backward(g);
         return cat({y.detach(), xg.grad()});
       });
