@@ -28,6 +28,9 @@ EMBER_LANES_INLINE Lanes fma_lanes(Lanes a, Lanes b, Lanes c) { return lanes(_mm
 // min(hi, x) and max(lo, x) that return a NaN x as is, as vec8's do
 EMBER_LANES_INLINE Lanes min_lanes(float hi, Lanes x) { return lanes(_mm512_min_ps(_mm512_set1_ps(hi), raw(x))); }
 EMBER_LANES_INLINE Lanes max_lanes(float lo, Lanes x) { return lanes(_mm512_max_ps(_mm512_set1_ps(lo), raw(x))); }
+// min(hi, |x|) in one instruction: imm 0b1010 picks the operand of smaller magnitude and clears
+// its sign; a NaN x comes back a NaN
+EMBER_LANES_INLINE Lanes abs_min_lanes(float hi, Lanes x) { return lanes(_mm512_range_ps(raw(x), _mm512_set1_ps(hi), 0b1010)); }
 
 #include "kernels/cpu/exp_lanes.inc"
 
