@@ -134,6 +134,8 @@ inline void steps(const Keys& k, uint64_t c, __m512i bound, __m512 scale, uint8_
       const __mmask64 kept = _mm512_test_epi8_mask(bytes, bytes);
       for (int q = 0; q < 4; ++q) {
         const int64_t e = 64 * g + 16 * q;
+        // x 4 KiB ahead, past the page the hardware prefetchers stop at (streamed runs are long)
+        if constexpr (W == Write::ApplyStreamed) _mm_prefetch(reinterpret_cast<const char*>(x + e + 1024), _MM_HINT_T0);
         const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(x + e), _mm512_maskz_mov_ps(__mmask16(kept >> (16 * q)), scale));
         if constexpr (W == Write::ApplyStreamed) _mm512_stream_ps(out + e, y);
         else _mm512_storeu_ps(out + e, y);

@@ -83,6 +83,9 @@ inline void store_whole(BFloat16* p, Lanes v) {
 template <bool Tanh, bool Stream, typename T>
 int64_t forward_span(T* y, const T* x, const float* bias, int64_t i, int64_t end) {
   for (; i + 2 * kWidth <= end; i += 2 * kWidth) {
+    // a streamed row is a long one: the hardware prefetchers stop at each 4 KiB page, this
+    // keeps the next page's lines coming
+    if constexpr (Stream) _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024), _MM_HINT_T0);
     Lanes a = load(x + i, kWidth), b = load(x + i + kWidth, kWidth);
     if (bias) {
       a = a + load(bias + i, kWidth);
