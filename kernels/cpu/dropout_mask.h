@@ -29,4 +29,12 @@ void apply_keep_mask(float* out, const float* x, const uint8_t* keep, float scal
 // CpuCapability::Avx512.
 int64_t dropout_keep_blocks_avx512(uint64_t key, uint64_t first, int64_t count, uint32_t threshold, uint8_t* out);
 
+// Dropout of the elements of whole Philox blocks first .. first + count - 1 (element 4 b + w of
+// x, out and keep for word w of block first + b): keep as dropout_keep_blocks_avx512 writes it
+// and out[i] = x[i] * (keep[i] ? scale : 0), as apply_keep_mask, 16 blocks at a time; returns
+// how many blocks it did. stream: out and keep written with non-temporal stores where both are
+// 64-byte aligned (kernels/cpu/streamed_output.h), fenced before returning. AVX-512 only, as above.
+int64_t dropout_blocks_avx512(uint64_t key, uint64_t first, int64_t count, uint32_t threshold, float scale,
+                              const float* x, float* out, uint8_t* keep, bool stream);
+
 }  // namespace ember::cpu

@@ -32,6 +32,7 @@
 #include "core/type_dispatch.h"
 #include "kernels/cpu/gelu_avx512.h"
 #include "kernels/cpu/gelu_math.h"
+#include "kernels/cpu/streamed_output.h"
 #include "kernels/cpu/vec_half.h"
 #include "kernels/shared/unary_fn.h"
 
@@ -242,12 +243,15 @@ template <typename T, bool Tanh>
 void gelu_forward_kernel(const Tensor& out, const Tensor& x) {
   using namespace cpu::vec8;
   const bool avx512 = cpu_capability() == CpuCapability::Avx512;
+  const bool stream = cpu::stream_output(out.numel() * int64_t(sizeof(T)));
   StridedLoop loop(out.shape(), {out, x});
   loop.run([&](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* v = reinterpret_cast<const T*>(p[1]);
-      if constexpr (!std::is_same_v<T, Half>) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (avx512) return cpu::gelu_forward_row_avx512(o, v, nullptr, n, Tanh, stream);
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
         if (avx512) return cpu::gelu_forward_row_avx512(o, v, nullptr, n, Tanh);
       }
       int64_t i = 0;

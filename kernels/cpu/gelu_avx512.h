@@ -9,8 +9,10 @@
 
 namespace ember::cpu {
 
-// y[i] = gelu(x[i] + bias[i]) (bias may be null: plain gelu); y may alias x.
-void gelu_forward_row_avx512(float* y, const float* x, const float* bias, int64_t n, bool tanh_approx);
+// y[i] = gelu(x[i] + bias[i]) (bias may be null: plain gelu); y may alias x. stream: write y
+// with non-temporal stores (kernels/cpu/streamed_output.h), fenced before returning.
+void gelu_forward_row_avx512(float* y, const float* x, const float* bias, int64_t n, bool tanh_approx,
+                             bool stream = false);
 void gelu_forward_row_avx512(BFloat16* y, const BFloat16* x, const float* bias, int64_t n, bool tanh_approx);
 
 // d[i] = g[i] * gelu'(x[i] + bias[i]) (bias may be null); d may alias g.

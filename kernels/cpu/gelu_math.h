@@ -9,9 +9,11 @@
 
 namespace ember::cpu::vec8 {
 
-EMBER_LANES_INLINE f8 exp_lanes(f8 x) { return exp8(x); }
 EMBER_LANES_INLINE f8 min_lanes(float hi, f8 x) { return min_keep_nan(hi, x); }
 EMBER_LANES_INLINE f8 max_lanes(float lo, f8 x) { return max_keep_nan(lo, x); }
+EMBER_LANES_INLINE f8 abs_min_lanes(float hi, f8 x) {
+  return min_keep_nan(hi, std::bit_cast<f8>(std::bit_cast<u8>(x) & 0x7fffffffu));
+}
 
 #include "kernels/cpu/gelu_lanes.inc"
 

@@ -6,9 +6,12 @@
 // one (kernels/cpu/dropout_avx512.cpp) 16, each writing its keep bytes directly. Work is split
 // across threads by element ranges and every element's word depends only on its position, so
 // masks never depend on the thread count. The mask is stored one byte per element (bool) and
-// both passes run 8 float lanes at a time (bf16 and f16 converted on the fly).
+// both passes run 8 float lanes at a time (bf16 and f16 converted on the fly), except f32
+// dropout with AVX-512, which applies each 64 keep bytes as it makes them
+// (cpu::dropout_blocks_avx512) and streams a large output past the caches.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -21,6 +24,7 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "kernels/cpu/dropout_mask.h"
+#include "kernels/cpu/streamed_output.h"
 #include "kernels/cpu/vec_half.h"
 
 namespace ember {
@@ -156,12 +160,31 @@ void dropout_cpu(const Tensor& out, const Tensor& mask, const Tensor& x, double 
     using T = typename decltype(tag)::type;
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
-    parallel_for(0, x.numel(), 16384, [&](int64_t begin, int64_t end) {
+    // the mask, then the elements, a cache-sized block at a time
+    auto two_passes = [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t n = std::min(end - b, kBlock);
         cpu::dropout_keep_mask(st, threshold, b, n, m + b);
         apply_keep_typed(o + b, in + b, m + b, acc_t<T>(scale), n);
       }
+    };
+    const bool fused = std::is_same_v<T, float> && cpu_capability() == CpuCapability::Avx512;
+    const bool stream = cpu::stream_output(x.numel() * int64_t(sizeof(T)));
+    parallel_for(0, x.numel(), 16384, [&](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (fused) {
+          // elements up to a multiple of 64 (whole blocks, and 64-byte lines of out and the mask
+          // for streaming), then whole blocks with the mask applied from registers
+          const int64_t body = std::min(end, (begin + 63) / 64 * 64);
+          two_passes(begin, body);
+          const int64_t done = 4 * cpu::dropout_blocks_avx512(st.seed, st.offset + uint64_t(body / 4), (end - body) / 4,
+                                                              threshold, float(scale), in + body, o + body, m + body,
+                                                              stream);
+          two_passes(body + done, end);
+          return;
+        }
+      }
+      two_passes(begin, end);
     });
   });
 }
