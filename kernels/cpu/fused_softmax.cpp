@@ -135,29 +135,67 @@ void forward_float(const Tensor& y, const Tensor& stats, const Tensor& keep, con
   });
 }
 
+// The backward's operands, for the 16-lane and the 8-lane drivers alike.
+template <typename T>
+struct BackwardOperands {
+  BackwardOperands(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask, const Tensor& stats,
+                   const Tensor& keep, double dropout_scale)
+      : len(x.shape().back()),
+        rows(x.numel() / len),
+        xp(x.data_ptr<T>()),
+        dp(dx.data_ptr<T>()),
+        sp(stats.data_ptr<float>()),
+        kp(keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr),
+        masks(mask, x.shape()),
+        gp(static_cast<const char*>(grad.raw_data())),
+        g_dt(grad.dtype()),
+        g_elem(int64_t(grad.element_size())),
+        keep_scale(float(dropout_scale)) {}
+
+  // Whether grad_row reads f32 rows of the output gradient where they are.
+  bool grad_in_place() const { return g_dt == DType::f32 && !kp; }
+
+  // Row r of the output gradient as floats, through the dropout: in place where grad_in_place,
+  // else written to buf (len floats).
+  const float* grad_row(int64_t r, float* buf) const {
+    const void* row = gp + r * len * g_elem;
+    if (g_dt == DType::f32) {
+      if (!kp) return static_cast<const float*>(row);
+      cpu::apply_keep_mask(buf, static_cast<const float*>(row), kp + r * len, keep_scale, len);
+      return buf;
+    }
+    with_lane_type(g_dt, "scaled_masked_softmax_backward", [&](auto tag) {
+      using G = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<G, float>) convert_row(buf, static_cast<const G*>(row), len);
+    });
+    if (kp) cpu::apply_keep_mask(buf, buf, kp + r * len, keep_scale, len);
+    return buf;
+  }
+
+  int64_t len, rows;
+  const T* xp;
+  T* dp;
+  const float* sp;
+  const uint8_t* kp;
+  MaskRows<float> masks;
+  const char* gp;
+  DType g_dt;
+  int64_t g_elem;
+  float keep_scale;
+};
+
 // The backward on 16 lanes (cpu::ScaledMaskedSoftmaxAvx512::backward_run), the same bits as
 // backward_float's 8-lane rows: a block of rows at a time, their output gradients as floats
 // (through the dropout) and their float dx, in place where dx is f32.
 template <typename T>
-void backward_float_wide(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask,
-                         const Tensor& stats, const Tensor& keep, double scale, double out_scale,
-                         double dropout_scale) {
-  const int64_t len = x.shape().back(), rows = x.numel() / len;
-  const T* xp = x.data_ptr<T>();
-  T* dp = dx.data_ptr<T>();
-  const float* sp = stats.data_ptr<float>();
-  const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
-  const MaskRows<float> masks(mask, x.shape());
-  const char* gp = static_cast<const char*>(grad.raw_data());
-  const DType g_dt = grad.dtype();
-  const int64_t g_elem = int64_t(grad.element_size());
-  parallel_for(0, rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
+void backward_float_wide(const BackwardOperands<T>& o, double scale, double out_scale) {
+  const int64_t len = o.len;
+  parallel_for(0, o.rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
     const int64_t block = std::min(r1 - r0, forward_block_rows(len));
     const size_t block_elems = size_t(block * len);
-    const bool g_in_place = g_dt == DType::f32 && !kp;
     constexpr bool dx_in_place = std::is_same_v<T, float>;
-    std::vector<float> gbuf(g_in_place ? 0 : block_elems), dxbuf(dx_in_place ? 0 : block_elems);
-    std::vector<float> mbuf(masks.defined() ? block_elems : 0);
+    std::vector<float> gbuf(o.grad_in_place() ? 0 : block_elems), dxbuf(dx_in_place ? 0 : block_elems);
+    std::vector<float> mbuf(o.masks.defined() ? block_elems : 0);
     std::vector<float*> dxs(size_t(block), nullptr);
     std::vector<const T*> xs(size_t(block), nullptr);
     std::vector<const float*> ms(size_t(block), nullptr), gs(size_t(block), nullptr);
@@ -165,34 +203,19 @@ void backward_float_wide(const Tensor& dx, const Tensor& grad, const Tensor& x, 
       const int64_t b1 = std::min(r1, b0 + block);
       for (int64_t r = b0; r < b1; ++r) {
         const size_t k = size_t(r - b0);
-        xs[k] = xp + r * len;
+        xs[k] = o.xp + r * len;
         if constexpr (dx_in_place) {
-          dxs[k] = dp + r * len;
+          dxs[k] = o.dp + r * len;
         } else {
           dxs[k] = dxbuf.data() + k * size_t(len);
         }
-        const void* grow = gp + r * len * g_elem;
-        if (g_in_place) {
-          gs[k] = static_cast<const float*>(grow);
-          continue;
-        }
-        float* gk = gbuf.data() + k * size_t(len);
-        if (g_dt == DType::f32) {
-          cpu::apply_keep_mask(gk, static_cast<const float*>(grow), kp + r * len, float(dropout_scale), len);
-        } else {
-          with_lane_type(g_dt, "scaled_masked_softmax_backward", [&](auto tag) {
-            using G = typename decltype(tag)::type;
-            if constexpr (!std::is_same_v<G, float>) convert_row(gk, static_cast<const G*>(grow), len);
-          });
-          if (kp) cpu::apply_keep_mask(gk, gk, kp + r * len, float(dropout_scale), len);
-        }
-        gs[k] = gk;
+        gs[k] = o.grad_row(r, o.grad_in_place() ? nullptr : gbuf.data() + k * size_t(len));
       }
-      mask_rows_of_block(masks, b0, b1, len, mbuf.data(), ms.data());
+      mask_rows_of_block(o.masks, b0, b1, len, mbuf.data(), ms.data());
       cpu::ScaledMaskedSoftmaxAvx512<T>::backward_run(b1 - b0, dxs.data(), xs.data(), ms.data(), gs.data(),
-                                                      float(scale), float(out_scale), len, sp + 2 * b0);
+                                                      float(scale), float(out_scale), len, o.sp + 2 * b0);
       if constexpr (!dx_in_place)
-        for (int64_t r = b0; r < b1; ++r) convert_row(dp + r * len, dxs[size_t(r - b0)], len);
+        for (int64_t r = b0; r < b1; ++r) convert_row(o.dp + r * len, dxs[size_t(r - b0)], len);
     }
   });
 }
@@ -200,47 +223,26 @@ void backward_float_wide(const Tensor& dx, const Tensor& grad, const Tensor& x, 
 template <typename T>
 void backward_float(const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& mask, const Tensor& stats,
                     const Tensor& keep, double scale, double out_scale, double dropout_scale) {
-  const int64_t len = x.shape().back(), rows = x.numel() / len;
-  const T* xp = x.data_ptr<T>();
-  T* dp = dx.data_ptr<T>();
-  const float* sp = stats.data_ptr<float>();
-  const uint8_t* kp = keep.defined() ? reinterpret_cast<const uint8_t*>(keep.data_ptr<bool>()) : nullptr;
-  const MaskRows<float> masks(mask, x.shape());
+  const BackwardOperands<T> o(dx, grad, x, mask, stats, keep, dropout_scale);
+  if (cpu::wide_rows()) return backward_float_wide<T>(o, scale, out_scale);
+  const int64_t len = o.len;
   const float sc = float(scale), osc = float(out_scale);
-  const char* gp = static_cast<const char*>(grad.raw_data());
-  const int64_t g_elem = int64_t(grad.element_size());
-  if (cpu::wide_rows()) return backward_float_wide<T>(dx, grad, x, mask, stats, keep, scale, out_scale, dropout_scale);
-  parallel_for(0, rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, o.rows, std::max<int64_t>(1, 8192 / len), [&](int64_t r0, int64_t r1) {
     const size_t n = static_cast<size_t>(len);
-    std::vector<float> y(2 * n), g(n), mbuf(masks.defined() ? 2 * n : 0);
+    std::vector<float> y(2 * n), g(n), mbuf(o.masks.defined() ? 2 * n : 0);
     // dx of row r from its probabilities p
     auto grad_row = [&](int64_t r, const float* p) {
-      // the output gradient as floats, through the dropout
-      const float* gq = g.data();
-      const void* grow = gp + r * len * g_elem;
-      if (grad.dtype() == DType::f32) {
-        gq = static_cast<const float*>(grow);
-        if (kp) {
-          cpu::apply_keep_mask(g.data(), gq, kp + r * len, float(dropout_scale), len);
-          gq = g.data();
-        }
-      } else {
-        with_lane_type(grad.dtype(), "scaled_masked_softmax_backward", [&](auto tag) {
-          using G = typename decltype(tag)::type;
-          if constexpr (!std::is_same_v<G, float>) convert_row(g.data(), static_cast<const G*>(grow), len);
-        });
-        if (kp) cpu::apply_keep_mask(g.data(), g.data(), kp + r * len, float(dropout_scale), len);
-      }
+      const float* gq = o.grad_row(r, g.data());
       const float dot = float(dot_row(gq, p, len));
-      T* out = dp + r * len;
+      T* out = o.dp + r * len;
       int64_t i = 0;
       for (; i + kLanes <= len; i += kLanes) store8(out + i, osc * (load8(p + i) * (load8(gq + i) - dot)));
       for (; i < len; ++i) out[i] = T(osc * (p[i] * (gq[i] - dot)));
     };
     cpu::for_row_pairs(r0, r1, [&](int64_t r, auto group) {
       constexpr int R = decltype(group)::value;
-      const RowGroup<R, T> rows(r, len, xp, masks, mbuf.data(), [&](int64_t k) { return y.data() + k * n; });
-      cpu::scaled_masked_softmax_rows_again<R>(rows.y, rows.x, rows.mask, sc, len, sp + 2 * r, false);
+      const RowGroup<R, T> rows(r, len, o.xp, o.masks, mbuf.data(), [&](int64_t k) { return y.data() + k * n; });
+      cpu::scaled_masked_softmax_rows_again<R>(rows.y, rows.x, rows.mask, sc, len, o.sp + 2 * r, false);
       for (int k = 0; k < R; ++k) grad_row(r + k, rows.y[k]);
     });
   });
