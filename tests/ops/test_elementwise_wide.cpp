@@ -12,13 +12,13 @@
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/streamed_output.h"
-#include "same_bits.h"
+#include "capability_paths.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::random_tensor;
-using ember::testing::same_bits;
-using ember::testing::with_one_and_two_threads;
+using ember::testing::cpu_has_avx512;
+using ember::testing::expect_avx2_and_avx512_agree;
 
 namespace {
 
@@ -38,28 +38,15 @@ Tensor inputs(int64_t n) {
   return x;
 }
 
-// fn under the AVX2 kernels on one thread, then under each path on one and two threads: the
-// same bits as the first.
+// fn's result the same bits under every capability, on one thread and on two.
 void expect_paths_agree(const std::string& what, const std::function<Tensor()>& fn) {
-  const CpuCapability saved = cpu_capability();
-  std::vector<std::pair<std::string, Tensor>> runs;
-  for (CpuCapability cap : {CpuCapability::Avx2, CpuCapability::Avx512}) {
-    set_cpu_capability(cap);
-    auto [one, two] = with_one_and_two_threads(fn);
-    runs.emplace_back(std::string(cpu_capability_name(cap)) + ", one thread", one);
-    runs.emplace_back(std::string(cpu_capability_name(cap)) + ", two threads", two);
-  }
-  set_cpu_capability(saved);
-  for (size_t k = 1; k < runs.size(); ++k)
-    EXPECT_TRUE(same_bits(runs[k].second, runs[0].second)) << what << ": " << runs[k].first;
+  expect_avx2_and_avx512_agree(what, [&] { return std::vector<Tensor>{fn()}; });
 }
 
 class ElementwiseWide : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CpuFeatures& f = cpu_features();
-    if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq))
-      GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane gelu rows and dropout";
+    if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane gelu rows and dropout";
   }
 };
 

@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "core/cpu_features.h"
-#include "core/parallel.h"
 #include "kernels/cpu/softmax_rows.h"
-#include "same_bits.h"
+#include "capability_paths.h"
 #include "test_util.h"
 
 using namespace ember;
 using ember::testing::random_tensor;
-using ember::testing::same_bits;
+using ember::testing::cpu_has_avx512;
+using ember::testing::expect_avx2_and_avx512_agree;
 
 namespace {
 
@@ -61,34 +61,10 @@ Tensor grad_of(const std::function<Tensor(const Tensor&)>& f, const Tensor& x, c
   return xg.grad();
 }
 
-// fn's results under the AVX2 rows and under the AVX-512 rows, the same bits each, on one thread
-// and on two (the threads' shares group the rows differently: a row left over from a pair on one
-// thread is in a pair on two).
-void expect_paths_agree(const std::string& what, const std::function<std::vector<Tensor>()>& fn) {
-  const CpuCapability saved = cpu_capability();
-  const int saved_threads = get_num_threads();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    set_cpu_capability(CpuCapability::Avx2);
-    ASSERT_FALSE(cpu::wide_rows());
-    const std::vector<Tensor> narrow = fn();
-    set_cpu_capability(CpuCapability::Avx512);
-    ASSERT_TRUE(cpu::wide_rows());
-    const std::vector<Tensor> wide = fn();
-    set_cpu_capability(saved);
-    set_num_threads(saved_threads);
-    ASSERT_EQ(narrow.size(), wide.size());
-    for (size_t k = 0; k < narrow.size(); ++k)
-      EXPECT_TRUE(same_bits(wide[k], narrow[k])) << what << ", " << threads << " thread(s), result " << k;
-  }
-}
-
 class SoftmaxWide : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CpuFeatures& f = cpu_features();
-    if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq))
-      GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane softmax rows";
+    if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 for the 16-lane softmax rows";
   }
 };
 
@@ -97,7 +73,7 @@ TEST_F(SoftmaxWide, SoftmaxMatchesTheAvx2RowsBitForBit) {
     for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
       const Tensor x = scores(n).to(dt), g = random_tensor({7, n}, dt);
       // along the last dim (rows in threes, then alone) and along the first (columns, one at a time)
-      expect_paths_agree("softmax n " + std::to_string(n) + " " + dtype_name(dt), [&] {
+      expect_avx2_and_avx512_agree("softmax n " + std::to_string(n) + " " + dtype_name(dt), [&] {
         auto last = [](const Tensor& t) { return softmax(t, -1); };
         auto first = [](const Tensor& t) { return softmax(t, 0); };
         const Tensor xt = x.t().contiguous(), gt = g.t().contiguous();
@@ -115,7 +91,7 @@ TEST_F(SoftmaxWide, LogSoftmaxMatchesTheAvx2RowsBitForBit) {
       Tensor g_specials = g.clone();
       g_specials.narrow(0, 5, 1).narrow(1, n / 2, 1).fill_(NAN);
       g_specials.narrow(0, 2, 1).narrow(1, n - 1, 1).fill_(kInf);
-      expect_paths_agree("log_softmax n " + std::to_string(n) + " " + dtype_name(dt), [&] {
+      expect_avx2_and_avx512_agree("log_softmax n " + std::to_string(n) + " " + dtype_name(dt), [&] {
         auto last = [](const Tensor& t) { return log_softmax(t, -1); };
         auto first = [](const Tensor& t) { return log_softmax(t, 0); };
         const Tensor xt = x.t().contiguous(), gt = g.t().contiguous();
@@ -138,7 +114,7 @@ TEST_F(SoftmaxWide, ScaledMaskedSoftmaxMatchesTheAvx2RowsBitForBit) {
       const std::vector<Tensor> masks = {Tensor(), padding, scores(n).narrow(0, 3, 3).reshape({3, 1, 1, n}),
                                          random_tensor({1, 1, 1, n}, DType::bf16, false, -30.0, 0.0)};
       for (size_t k = 0; k < masks.size(); ++k) {
-        expect_paths_agree("scaled_masked_softmax n " + std::to_string(n) + " " + dtype_name(dt) + " mask " +
+        expect_avx2_and_avx512_agree("scaled_masked_softmax n " + std::to_string(n) + " " + dtype_name(dt) + " mask " +
                                std::to_string(k),
                            [&] {
                              auto f = [&](const Tensor& t) { return scaled_masked_softmax(t, masks[k], 0.3); };
@@ -158,7 +134,7 @@ TEST_F(SoftmaxWide, AttentionMatchesTheAvx2RowsBitForBit) {
       // a mask of plain values for the first batch, of specials for the second
       const Tensor s = scores(len);
       const Tensor mask = causal ? Tensor() : cat({s.narrow(0, 0, 1), s.narrow(0, 5, 1)}, 0).reshape({2, 1, 1, len});
-      expect_paths_agree("attention len " + std::to_string(len) + (causal ? " causal" : " masked"), [&] {
+      expect_avx2_and_avx512_agree("attention len " + std::to_string(len) + (causal ? " causal" : " masked"), [&] {
         Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
         Tensor out = scaled_dot_product_attention(qg, kg, vg, mask, 0.0, causal);
         out.backward(g);
