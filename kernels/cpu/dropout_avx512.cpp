@@ -118,13 +118,15 @@ inline void steps(const Keys& k, uint64_t c, __m512i bound, __m512 scale, uint8_
   // the odd (k odd) blocks' half
   const __m512i merge = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
   for (int g = 0; g < G; ++g) {
-    // byte w of lane k keeps word w of block k: (word >> 8) >= threshold is word >= bound
-    __m512i bytes = _mm512_setzero_si512();
-    for (int w = 0; w < 4; ++w) {
-      const __m512i word = _mm512_permutex2var_epi32(h[2 * g].c[w], merge, h[2 * g + 1].c[w]);
-      bytes = _mm512_or_si512(bytes, _mm512_maskz_mov_epi32(_mm512_cmpge_epu32_mask(word, bound),
-                                                            _mm512_set1_epi32(1 << (8 * w))));
-    }
+    // byte w of lane k keeps word w of block k: (word >> 8) >= threshold is word >= bound; each
+    // word's bit is or-ed in under its compare's mask, one instruction where a zero-masked move
+    // and an or take two
+    auto kept_words = [&](int w) {
+      return _mm512_cmpge_epu32_mask(_mm512_permutex2var_epi32(h[2 * g].c[w], merge, h[2 * g + 1].c[w]), bound);
+    };
+    __m512i bytes = _mm512_maskz_mov_epi32(kept_words(0), _mm512_set1_epi32(1));
+    for (int w = 1; w < 4; ++w)
+      bytes = _mm512_mask_or_epi32(bytes, kept_words(w), bytes, _mm512_set1_epi32(1 << (8 * w)));
     uint8_t* kg = keep + 64 * g;
     if constexpr (W == Write::ApplyStreamed) _mm512_stream_si512(reinterpret_cast<__m512i*>(kg), bytes);
     else _mm512_storeu_si512(kg, bytes);

@@ -115,7 +115,7 @@ TEST(LaneMath, ExactGeluWithinFiveUlps) {
 }
 
 TEST(LaneMath, ExactGeluAtTheExtremes) {
-  // past |x| = 13.28 Phi(-|x|) is exactly 0: gelu is x or 0, gelu' 1 or 0, at +-inf too; NaN
+  // past |x| = 13.3 Phi(-|x|) is exactly 0: gelu is x or 0, gelu' 1 or 0, at +-inf too; NaN
   // stays NaN
   const float inf = std::numeric_limits<float>::infinity();
   const f8 x{-inf, -1e30f, -20.0f, -13.3f, 13.3f, 20.0f, inf, NAN};
