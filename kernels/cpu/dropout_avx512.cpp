@@ -168,11 +168,13 @@ int64_t run_blocks(uint64_t key, uint64_t first, int64_t count, uint32_t thresho
   const Keys keys = round_keys(key);
   const __m512i bound = _mm512_set1_epi32(int(threshold << 8));
   const __m512 s = _mm512_set1_ps(scale);
+  // x and out are null where only keep bytes are written: no offset may be applied to them then
+  auto at = [](auto* p, int64_t i) { return W == Write::KeepBytes ? p : p + i; };
   int64_t b = 0;
   for (; b + 32 <= count; b += 32)
-    steps<2, W>(keys, first + uint64_t(b), bound, s, keep + 4 * b, x + 4 * b, out + 4 * b);
+    steps<2, W>(keys, first + uint64_t(b), bound, s, keep + 4 * b, at(x, 4 * b), at(out, 4 * b));
   for (; b + 16 <= count; b += 16)
-    steps<1, W>(keys, first + uint64_t(b), bound, s, keep + 4 * b, x + 4 * b, out + 4 * b);
+    steps<1, W>(keys, first + uint64_t(b), bound, s, keep + 4 * b, at(x, 4 * b), at(out, 4 * b));
   return b;
 }
 
