@@ -29,8 +29,7 @@ void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float*
   for (int q = 0; q < OB; ++q) seed[q] = 0.0f + (bias ? bias[o0 + q] : 0.0f);  // the AVX2 blocks' f8{} + b
   for (int64_t grp = 0; grp < groups; ++grp) {
     int64_t in_starts[NV], out_starts[NV];
-    for (int j = 0; j < NV; ++j) in_starts[j] = plan.in_starts[size_t(first + grp * NV + j)];
-    for (int j = 0; j < NV; ++j) out_starts[j] = plan.out_starts[size_t(first + grp * NV + j)];
+    plan.chunk_starts<NV>(first + grp * NV, in_starts, out_starts);
     __m512 acc[OB][NV];
     for (int q = 0; q < OB; ++q)
       for (int j = 0; j < NV; ++j) acc[q][j] = _mm512_set1_ps(seed[q]);
@@ -55,22 +54,9 @@ void channel_block(const DirectGeometry& g, const DirectPlan& plan, const float*
 template <int OB>
 void channel_block_all(const DirectGeometry& g, const DirectPlan& plan, const float* copies, const float* bias,
                        float* y, int64_t o0, bool streamed) {
-  const int64_t chunks = int64_t(plan.out_starts.size()), full = chunks / kChunkBlock, rest = full * kChunkBlock;
-  channel_block<OB, kChunkBlock>(g, plan, copies, bias, y, o0, 0, full, streamed);
-  switch (chunks - rest) {
-    case 1:
-      return channel_block<OB, 1>(g, plan, copies, bias, y, o0, rest, 1, streamed);
-    case 2:
-      return channel_block<OB, 2>(g, plan, copies, bias, y, o0, rest, 1, streamed);
-    case 3:
-      return channel_block<OB, 3>(g, plan, copies, bias, y, o0, rest, 1, streamed);
-    case 4:
-      return channel_block<OB, 4>(g, plan, copies, bias, y, o0, rest, 1, streamed);
-    case 5:
-      return channel_block<OB, 5>(g, plan, copies, bias, y, o0, rest, 1, streamed);
-    default:
-      return;
-  }
+  for_chunk_runs<kChunkBlock>(plan, [&](auto nv, int64_t first, int64_t groups) {
+    channel_block<OB, decltype(nv)::value>(g, plan, copies, bias, y, o0, first, groups, streamed);
+  });
 }
 
 }  // namespace

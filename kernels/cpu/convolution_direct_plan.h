@@ -2,6 +2,8 @@
 // (convolution_direct.h): internal to convolution_direct.cpp and convolution_direct_avx512.cpp.
 #pragma once
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/native/convolution.h"
@@ -42,7 +44,26 @@ struct DirectPlan {
   std::vector<float> weights;       // block o0 of width ob at o0 * taps: [taps][ob]
   std::vector<int64_t> out_starts;  // chunks of `lanes` positions covering the output plane
   std::vector<int64_t> in_starts;   // where each chunk's first position reads, tap offset 0
+
+  // The read and write starts of chunks first .. first + NV - 1.
+  template <int NV>
+  void chunk_starts(int64_t first, int64_t (&in)[NV], int64_t (&out)[NV]) const {
+    for (int j = 0; j < NV; ++j) in[j] = in_starts[size_t(first + j)];
+    for (int j = 0; j < NV; ++j) out[j] = out_starts[size_t(first + j)];
+  }
 };
+
+// The plan's chunks in runs of Block, then the rest (fewer than Block) as one group: calls
+// run(std::integral_constant<int, NV>{}, first chunk, groups of NV), as the channel blocks of
+// both kernels take them.
+template <int Block, typename Run>
+void for_chunk_runs(const DirectPlan& plan, const Run& run) {
+  const int64_t chunks = int64_t(plan.out_starts.size()), full = chunks / Block, rest = full * Block;
+  run(std::integral_constant<int, Block>{}, int64_t(0), full);
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((chunks - rest == R + 1 ? run(std::integral_constant<int, R + 1>{}, rest, int64_t(1)) : void()), ...);
+  }(std::make_integer_sequence<int, Block - 1>{});
+}
 
 // The offsets, the weights in blocks of g.channel_block output channels (none when w is null), and
 // chunks of g.lanes positions (the last moved back to end at the plane's end).
