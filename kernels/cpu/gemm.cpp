@@ -144,19 +144,24 @@ void set_f32_gemm_path(std::optional<F32GemmPath> path) {
   forced_f32_path().set(path);
 }
 
-F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a) {
+F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
   if (const auto forced = forced_f32_path().get()) return *forced;
-  if (double(m) * double(n) * double(k) < kPackedMinWork) return F32GemmPath::OneDnn;
-  if (packed_kernel_for_this_cpu() == PackedKernel::Avx2) return F32GemmPath::Packed;
-  // On AVX-512 oneDNN's sgemm leads except on narrow products with a transposed A.
-  return trans_a && n <= kAvx512PackedMaxN ? F32GemmPath::Packed : F32GemmPath::OneDnn;
+  const bool avx512 = packed_kernel_for_this_cpu() == PackedKernel::Avx512;
+  if (double(m) * double(n) * double(k) < kPackedMinWork) {
+    const bool in_place = avx512 && !trans_b && n >= kPackedAvx512Cols && n <= kInPlaceMaxN;
+    return in_place ? F32GemmPath::Packed : F32GemmPath::OneDnn;
+  }
+  if (!avx512) return F32GemmPath::Packed;
+  // On AVX-512 oneDNN's sgemm leads except on tall narrow products with a transposed A.
+  return trans_a && n <= kAvx512PackedMaxN && m >= kAvx512PackedMinM ? F32GemmPath::Packed : F32GemmPath::OneDnn;
 }
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  const F32GemmPath path = std::is_same_v<T, float> ? f32_gemm_path_for(m, n, k, trans_a) : F32GemmPath::OneDnn;
+  const F32GemmPath path =
+      std::is_same_v<T, float> ? f32_gemm_path_for(m, n, k, trans_a, trans_b) : F32GemmPath::OneDnn;
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const T* ab, const T* bb, T* cb) {
                   gemm_serial(path, trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
@@ -167,7 +172,7 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
                const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   // The same bands and path as gemm, so the bits are those of seeding C.
-  const F32GemmPath path = f32_gemm_path_for(m, n, k, trans_a);
+  const F32GemmPath path = f32_gemm_path_for(m, n, k, trans_a, trans_b);
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const float* ab, const float* bb, float* cb) {
                   const float* bias_b = bias + (cb - c) % ldc;  // a column band starts (cb - c) columns in

@@ -57,9 +57,36 @@
 // hour's noise moved single runs by 2x). So MKL is not chosen automatically; EMBER_F32_GEMM=mkl
 // runs every f32 product on it where it is installed.
 //
-// Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN. Above
+// Attention's per-head products in bert-mini's training step (cpu::gemm timed inside
+// bench/bert_train --config bert-mini --task cls, 2 threads each running its own heads; GFLOP/s
+// per thread, best of 3 alternating runs, same Xeon), where the packed GEMM reads A, and an
+// untransposed B, in place (gemm_packed.h, kInPlaceMaxN):
+//
+//   product (per head)                        oneDNN sgemm   packed, in place
+//   P V, dS K     128x128x64   A B               87            148
+//   P^T dO, dS^T Q 128x128x64  A^T B            139            152
+//   Q K^T, dO V^T 128x64x128   A B^T            126            115   (B^T still packed)
+//
+// (Timed alone on contiguous operands, bench_matmul's packed/attn_ rows, oneDNN reaches 150 on
+// P V: inside the step its operands are rows of the fused QKV projection, 768 floats apart.)
+//
+// The weight gradients of bert-mini's 256-wide layers (dY^T X, A transposed, N = 256), in the
+// same step (best of 5 alternating runs, 2 threads, GFLOP/s for the product):
+//
+//   shape MxKxN          oneDNN sgemm   packed
+//   256x2048x256              304         252     attention output
+//   768x2048x256              317         287     fused QKV
+//   1024x2048x256             267         290     FFN in
+//
+// so the packed GEMM takes a narrow transposed-A product only when it is tall (kAvx512PackedMinM):
+// it packs each chunk of B for fewer rows of A than that and loses to oneDNN there.
+//
+// Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN, but
+// for those the AVX-512 packed GEMM runs with its operands in place (B not transposed, 32 to
+// kInPlaceMaxN columns). Above
 // it, the packed GEMM takes every product where it runs its AVX2 kernel, and where it runs its
-// AVX-512 kernel the products with a transposed A at most kAvx512PackedMaxN wide; oneDNN the rest.
+// AVX-512 kernel the products with a transposed A at most kAvx512PackedMaxN wide and at least
+// kAvx512PackedMinM tall; oneDNN the rest.
 // cpu::gemm chooses once per product, before cutting it into bands, so the thread count does not
 // change the kernel.
 // EMBER_F32_GEMM=onednn|packed|mkl (or set_f32_gemm_path) forces one.
@@ -75,11 +102,14 @@ enum class F32GemmPath { OneDnn = 0, Packed = 1, Mkl = 2 };
 inline constexpr double kPackedMinWork = 128.0 * 128.0 * 128.0;
 // The widest transposed-A product the AVX-512 kernel takes from oneDNN (measured above).
 inline constexpr int64_t kAvx512PackedMaxN = 256;
+// ... and the shortest (measured above).
+inline constexpr int64_t kAvx512PackedMinM = 1024;
 
 const char* f32_gemm_path_name(F32GemmPath path);
-// The path an m x n x k product takes (trans_a: A is stored k x m, as in a weight gradient); an
-// EMBER_F32_GEMM value other than onednn, packed or mkl is an ember::Error naming it.
-F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a);
+// The path an m x n x k product takes (trans_a: A is stored k x m, as in a weight gradient;
+// trans_b: B is stored n x k); an EMBER_F32_GEMM value other than onednn, packed or mkl is an
+// ember::Error naming it.
+F32GemmPath f32_gemm_path_for(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b);
 // Forces one path for every product (tests, benchmarks); std::nullopt restores the automatic choice.
 void set_f32_gemm_path(std::optional<F32GemmPath> path);
 

@@ -115,16 +115,20 @@ constexpr int64_t kAvx512Nc = 4096;
 constexpr int64_t kStagingBytes = 4 << 20;
 constexpr int64_t kStagedCols = 1024;
 
+using InPlaceAMicroKernel = void (*)(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+                                     int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows);
+
 struct KernelSpec {
   int rows, cols;
   int64_t mc, nc;
   PackedMicroKernel run;
+  InPlaceAMicroKernel run_in_place_a;  // null: A is always packed
 };
 
 const KernelSpec& kernel_spec(PackedKernel kernel) {
-  static const KernelSpec avx2{kPackedAvx2Rows, kPackedAvx2Cols, kAvx2Mc, kAvx2Nc, &packed_micro_kernel_avx2};
+  static const KernelSpec avx2{kPackedAvx2Rows, kPackedAvx2Cols, kAvx2Mc, kAvx2Nc, &packed_micro_kernel_avx2, nullptr};
   static const KernelSpec avx512{kPackedAvx512Rows, kPackedAvx512Cols, kAvx512Mc, kAvx512Nc,
-                                 &packed_micro_kernel_avx512};
+                                 &packed_micro_kernel_avx512, &in_place_a_micro_kernel_avx512};
   return kernel == PackedKernel::Avx512 ? avx512 : avx2;
 }
 
@@ -341,6 +345,15 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     group_rows = round_up((m + groups - 1) / groups, mr);
   }
 
+  // A narrow f32 product reads A in place (a last row panel of a height the in-place tile lacks
+  // is packed), and B too when it is not transposed and every column panel is whole.
+  bool in_place_a = false, in_place_b = false;
+  if constexpr (std::is_same_v<TA, float> && std::is_same_v<TB, float> && !bf16_out) {
+    in_place_a = ks.run_in_place_a != nullptr && n <= kInPlaceMaxN;
+    // (B in place only where every row panel reads A in place: the packed tile wants a packed B.)
+    in_place_b = in_place_a && !trans_b && n % nr == 0 && in_place_a_rows_supported(int(m % mr == 0 ? mr : m % mr));
+  }
+
   ThreadBuffers& buffers = thread_buffers();
   float* packed_b = buffers.b.get(nc_cap / nr * panel_stride(nr, chunk));
   float* packed_a = buffers.a.get(round_up(std::min(m, ks.mc), mr) / mr * panel_stride(mr, chunk));
@@ -356,30 +369,47 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         const int64_t pc = q * chunk, kc = std::min(chunk, k - pc);
         const bool first = q == 0, last = q == chunks - 1;
         const int64_t b_stride = panel_stride(nr, kc), a_stride = panel_stride(mr, kc);
-        if (trans_b)
-          pack_panels(true, b + jc * ldb + pc, ldb, nc, nr, kc, packed_b);
-        else
-          pack_panels(false, b + pc * ldb + jc, ldb, nc, nr, kc, packed_b);
+        if (!in_place_b) pack_panels(trans_b, trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, nc, nr, kc, packed_b);
         for (int64_t ic = g; ic < g + mg; ic += ks.mc) {
           const int64_t mc = std::min(ks.mc, g + mg - ic);
-          if (trans_a)
-            pack_panels(false, a + pc * lda + ic, lda, mc, mr, kc, packed_a);
-          else
-            pack_panels(true, a + ic * lda + pc, lda, mc, mr, kc, packed_a);
+          const int64_t ragged = mc % mr;
+          const int64_t packed_from =  // rows before it are read in place
+              !in_place_a ? 0 : ragged == 0 || in_place_a_rows_supported(int(ragged)) ? mc : mc - ragged;
+          if (packed_from < mc) {
+            if (trans_a)
+              pack_panels(false, a + pc * lda + ic + packed_from, lda, mc - packed_from, mr, kc, packed_a);
+            else
+              pack_panels(true, a + (ic + packed_from) * lda + pc, lda, mc - packed_from, mr, kc, packed_a);
+          }
           for (int64_t jr = 0; jr < nc; jr += nr) {
             const float* b_panel = packed_b + jr / nr * b_stride;
+            if constexpr (std::is_same_v<TB, float>) {
+              if (in_place_b) b_panel = b + pc * ldb + jc + jr;
+            }
             const int cols = int(std::min<int64_t>(nr, nc - jr));
             for (int64_t ir = 0; ir < mc; ir += mr) {
-              const float* a_panel = packed_a + ir / mr * a_stride;
+              const float* a_panel = ir >= packed_from ? packed_a + (ir - packed_from) / mr * a_stride : nullptr;
               const int rows = int(std::min<int64_t>(mr, mc - ir));
+              // The tile into dst (row stride ld), A from its panel or in place.
+              auto run_tile = [&](float* dst, int64_t ld, float beta_q) {
+                if constexpr (std::is_same_v<TA, float>) {
+                  if (ir < packed_from) {
+                    const int64_t row = ic + ir;
+                    ks.run_in_place_a(kc, trans_a ? a + pc * lda + row : a + row * lda + pc, lda, trans_a, b_panel,
+                                      in_place_b ? ldb : 0, dst, ld, alpha, beta_q, rows);
+                    return;
+                  }
+                }
+                ks.run(kc, a_panel, b_panel, dst, ld, alpha, beta_q);
+              };
               TC* ct = c + (ic + ir) * ldc + jc + jr;
               const TC* bias_t = bias ? bias + jc + jr : nullptr;
               const bool seed = first && bias_t != nullptr;  // start from the bias instead of C
               const float beta_first = bias_t ? 1.0f : beta;
               if constexpr (!bf16_out) {
                 const float beta_q = first ? beta_first : 1.0f;
-                if (rows == mr && cols == nr && !seed) {
-                  ks.run(kc, a_panel, b_panel, ct, ldc, alpha, beta_q);
+                if ((rows == mr || ir < packed_from) && cols == nr && !seed) {
+                  run_tile(ct, ldc, beta_q);
                 } else {
                   // Edge tiles, and tiles that start from the bias (C unread): formed in L1,
                   // then written to C once.
@@ -389,7 +419,7 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                     else read_tile(ct, ldc, rows, cols, tile, nr);
                   }
                   prefetch_tile(ct, ldc, rows, cols);
-                  ks.run(kc, a_panel, b_panel, tile, nr, alpha, beta_q);
+                  run_tile(tile, nr, beta_q);
                   write_tile(tile, nr, rows, cols, ct, ldc);
                 }
               } else if (!staged) {

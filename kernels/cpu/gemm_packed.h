@@ -107,6 +107,10 @@ inline constexpr int kPackedAvx2Rows = 6;     // 12 ymm accumulators, 2 B vector
 inline constexpr int kPackedAvx2Cols = 16;
 inline constexpr int kPackedAvx512Rows = 12;  // 24 zmm accumulators, 2 B vectors, broadcasts
 inline constexpr int kPackedAvx512Cols = 32;
+// f32 products at most this wide, on the AVX-512 kernel, read A in place rather than packing it
+// (in_place_a_micro_kernel_avx512), and an untransposed B too when its column panels are whole:
+// a packed A block serves n / 32 column panels, too few here to repay its packing.
+inline constexpr int64_t kInPlaceMaxN = 128;
 
 void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                               float beta);
@@ -125,6 +129,14 @@ void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, i
 // caller fences (_mm_sfence) before another thread reads C.
 void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                     float alpha, float beta);
+// The AVX-512 tile with A read in place instead of from a packed panel: row i of op(A) at
+// a[i * lda + p] (a_transposed: a[p * lda + i], A stored k x m). B is a packed panel (ldb 0) or
+// B's rows read in place, ldb apart. Only the tile's first `rows` rows are computed, read or
+// written (in_place_a_rows_supported: 4, 8 or all 12). For products too small for packing to
+// pay for itself; the values are the packed tile's, bit for bit.
+void in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+                                    int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows);
+inline constexpr bool in_place_a_rows_supported(int rows) { return rows == 4 || rows == 8 || rows == kPackedAvx512Rows; }
 // The first kRows rows of the strided and streamed tiles (a still kPackedAvx512Rows values a step,
 // the rest of C's tile neither read nor written), for a last row panel with that few rows: the full
 // tile spent a third or two thirds of its multiplies on zero rows there. The same values row for

@@ -28,13 +28,18 @@
 namespace ember::cpu {
 namespace {
 
+// Where the tile's A values come from: a packed row panel (kPackedAvx512Rows values a step), or
+// A read in place with row i of op(A) at a + i * lda (kRowsInPlace) or, for a transposed A, at
+// a + i with the next step lda further on (kColumnsInPlace).
+enum class ASource { kPanel, kRowsInPlace, kColumnsInPlace };
+
 // The tile with B's rows ldb floats apart: the packed panel (ldb = kCols, aligned) or rows of a
 // row-major matrix read in place (unaligned). kStream: C's rows written with non-temporal
 // stores, nothing of C read or asked for beforehand (beta taken as 0).
 // kRows: the tile's first rows computed (a still kPackedAvx512Rows values a step).
-template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows>
+template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows, ASource kA = ASource::kPanel>
 [[gnu::always_inline]] inline void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
-                                              int64_t ldc, float alpha, float beta) {
+                                              int64_t ldc, float alpha, float beta, int64_t lda = 0) {
   constexpr int kCols = kPackedAvx512Cols;
   static_assert(kCols == 32, "two zmm vectors a row");
   __m512 acc0[kRows], acc1[kRows];
@@ -53,11 +58,11 @@ template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows>
     const __m512 b1 = kPanel ? _mm512_load_ps(b + 16) : _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < kRows; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(kA == ASource::kRowsInPlace ? a[i * lda] : a[i]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
-    a += kPackedAvx512Rows;
+    a += kA == ASource::kPanel ? kPackedAvx512Rows : kA == ASource::kRowsInPlace ? 1 : lda;
     b += kPanel ? kCols : ldb;
   }
   const __m512 va = _mm512_set1_ps(alpha);
@@ -99,6 +104,39 @@ void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, i
 void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                     float alpha, float beta) {
   tile_12x32<false, true>(kc, a, b, ldb, c, ldc, alpha, beta);
+}
+
+namespace {
+
+template <int kRows, ASource kA, bool kPanel>
+void in_place_a_tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                     float alpha, float beta) {
+  tile_12x32<kPanel, false, kRows, kA>(kc, a, b, kPanel ? kPackedAvx512Cols : ldb, c, ldc, alpha, beta, lda);
+}
+
+using InPlaceTile = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, float, float);
+
+template <ASource kA, bool kPanel>
+InPlaceTile in_place_tile_for(int rows) {
+  switch (rows) {
+    case 4: return &in_place_a_tile<4, kA, kPanel>;
+    case 8: return &in_place_a_tile<8, kA, kPanel>;
+    case kPackedAvx512Rows: return &in_place_a_tile<kPackedAvx512Rows, kA, kPanel>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+void in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+                                    int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows) {
+  const bool panel = ldb == 0;
+  const InPlaceTile tile =
+      a_transposed ? (panel ? in_place_tile_for<ASource::kColumnsInPlace, true>(rows)
+                            : in_place_tile_for<ASource::kColumnsInPlace, false>(rows))
+                   : (panel ? in_place_tile_for<ASource::kRowsInPlace, true>(rows)
+                            : in_place_tile_for<ASource::kRowsInPlace, false>(rows));
+  tile(kc, a, lda, b, ldb, c, ldc, alpha, beta);
 }
 
 template <int kRows, bool kStream>

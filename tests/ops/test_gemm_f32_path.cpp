@@ -44,29 +44,39 @@ TEST(F32GemmPath, MklIsNeverTheAutomaticChoiceButCanBeForced) {
   cpu::set_f32_gemm_path(std::nullopt);
   for (const auto& [m, n, k, trans_a] : {std::tuple{128, 128, 64, false}, std::tuple{2048, 1024, 256, false},
                                           std::tuple{30522, 256, 2048, true}, std::tuple{3072, 768, 2048, true}})
-    EXPECT_NE(cpu::f32_gemm_path_for(m, n, k, trans_a), cpu::F32GemmPath::Mkl) << m << "x" << n << "x" << k;
+    EXPECT_NE(cpu::f32_gemm_path_for(m, n, k, trans_a, false), cpu::F32GemmPath::Mkl) << m << "x" << n << "x" << k;
   ForcedF32Path forced(cpu::F32GemmPath::Mkl);
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), cpu::F32GemmPath::Mkl);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false, true), cpu::F32GemmPath::Mkl);
   EXPECT_STREQ(cpu::f32_gemm_path_name(cpu::F32GemmPath::Mkl), "mkl");
 }
 
 TEST(F32GemmPath, SmallProductsGoToOneDnnLargeOnesToThePackedGemm) {
   cpu::set_f32_gemm_path(std::nullopt);
-  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64, false), cpu::F32GemmPath::OneDnn);  // one attention head
-  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64, true), cpu::F32GemmPath::OneDnn);
-  // Large products: the packed GEMM where its AVX2 kernel runs; where its AVX-512 kernel runs,
-  // only the narrow ones with a transposed A (weight gradients of 256-wide layers), as measured.
   const bool avx2 = cpu::packed_kernel_for_this_cpu() == cpu::PackedKernel::Avx2;
   const cpu::F32GemmPath avx2_only = avx2 ? cpu::F32GemmPath::Packed : cpu::F32GemmPath::OneDnn;
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), avx2_only);
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 30522, 256, false), avx2_only);
-  EXPECT_EQ(cpu::f32_gemm_path_for(256, 1024, 2048, true), avx2_only);
-  EXPECT_EQ(cpu::f32_gemm_path_for(3072, 768, 2048, true), avx2_only);
-  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true), cpu::F32GemmPath::Packed);
-  EXPECT_EQ(cpu::f32_gemm_path_for(1024, 256, 2048, true), cpu::F32GemmPath::Packed);
+  const cpu::F32GemmPath avx512_only = avx2 ? cpu::F32GemmPath::OneDnn : cpu::F32GemmPath::Packed;
+  // One attention head: oneDNN, but where the AVX-512 packed GEMM reads both operands in place
+  // (B not transposed, 32 to 128 columns).
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 128, 64, false, true), cpu::F32GemmPath::OneDnn);  // Q K^T
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 64, 128, false, false), avx512_only);              // P V
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 64, 128, true, false), avx512_only);               // P^T dO
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 16, 128, false, false), cpu::F32GemmPath::OneDnn);  // narrower than a tile
+  EXPECT_EQ(cpu::f32_gemm_path_for(64, 256, 64, false, false), cpu::F32GemmPath::OneDnn);   // wider than kInPlaceMaxN
+  // Large products: the packed GEMM where its AVX2 kernel runs; where its AVX-512 kernel runs,
+  // only the tall narrow ones with a transposed A (weight gradients of 256-wide layers: an FFN's
+  // and the MLM decoder's, not the attention projections'), as measured.
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false, true), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 30522, 256, false, true), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(256, 1024, 2048, true, false), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(3072, 768, 2048, true, false), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true, false), cpu::F32GemmPath::Packed);
+  EXPECT_EQ(cpu::f32_gemm_path_for(1024, 256, 2048, true, false), cpu::F32GemmPath::Packed);
+  EXPECT_EQ(cpu::f32_gemm_path_for(768, 256, 2048, true, false), avx2_only);
+  EXPECT_EQ(cpu::f32_gemm_path_for(256, 256, 2048, true, false), avx2_only);
   ForcedF32Path forced(cpu::F32GemmPath::OneDnn);
-  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false), cpu::F32GemmPath::OneDnn);
-  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true), cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(2048, 1024, 256, false, true), cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(30522, 256, 2048, true, false), cpu::F32GemmPath::OneDnn);
+  EXPECT_EQ(cpu::f32_gemm_path_for(128, 64, 128, false, false), cpu::F32GemmPath::OneDnn);
 }
 
 TEST(F32GemmPath, EveryPathMatchesAnF64ProductAtTrainingShapes) {

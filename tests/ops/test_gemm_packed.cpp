@@ -449,6 +449,56 @@ TEST_F(GemmPackedAvx512, MatchesTheAvx2KernelBitForBit) {
     }
 }
 
+// Narrow f32 products (n <= kInPlaceMaxN) read A in place, and an untransposed B whose column
+// panels are all whole, instead of packing them. Every row-panel height (whole panels of 12, the
+// in-place tile's 8 and 4, a packed 5), one chunk of k and two, every layout, alpha and beta: the
+// reference's values and the AVX2 kernel's bits (which packs everything).
+TEST_F(GemmPackedAvx512, InPlaceOperandsKeepThePackedBits) {
+  int variant = 0;
+  for (int layout = 0; layout < 4; ++layout)
+    for (int64_t m : {128, 64, 41, 24})
+      for (int64_t n : {32, 64, 90, 128}) {
+        Case g;
+        g.trans_a = layout & 1;
+        g.trans_b = layout & 2;
+        g.m = m;
+        g.n = n;
+        g.k = variant % 2 ? 64 : 300;
+        g.pad_a = (variant % 3) * 5;
+        g.pad_b = ((variant + 1) % 3) * 3;
+        g.pad_c = ((variant + 2) % 3) * 7;
+        g.alpha = kAlphas[variant % 3];
+        g.beta = kBetas[(variant / 3) % 3];
+        ++variant;
+        const Problem<float, float, float> p(g);
+        const auto packed = p.run(PackedKernel::Avx2, false), in_place = p.run(PackedKernel::Avx512, false);
+        EXPECT_EQ(std::memcmp(packed.data(), in_place.data(), packed.size() * sizeof(float)), 0) << g.describe();
+        EXPECT_TRUE(p.check(in_place)) << g.describe();
+      }
+}
+
+// The same on the AVX-512 kernel alone: a product 128 columns wide (operands in place) gives the
+// bits of the first 128 columns of the same product 160 wide (operands packed).
+TEST_F(GemmPackedAvx512, InPlaceAndPackedOperandsAgreeOnOneKernel) {
+  for (int layout = 0; layout < 4; ++layout) {
+    Case g;
+    g.trans_a = layout & 1;
+    g.trans_b = layout & 2;
+    g.m = 128;
+    g.n = 160;
+    g.k = 128;
+    g.beta = 0.5f;
+    const Problem<float, float, float> p(g);
+    const std::vector<float> wide = p.run(PackedKernel::Avx512, false);
+    std::vector<float> narrow = p.c0;
+    ember::cpu::packed_gemm_serial(g.trans_a, g.trans_b, g.m, 128, g.k, g.alpha, p.a.data(), g.lda(), p.b.data(),
+                                   g.ldb(), g.beta, narrow.data(), g.ldc(), PackedKernel::Avx512);
+    for (int64_t i = 0; i < g.m; ++i)
+      ASSERT_EQ(std::memcmp(narrow.data() + i * g.ldc(), wide.data() + i * g.ldc(), 128 * sizeof(float)), 0)
+          << "row " << i << " " << g.describe();
+  }
+}
+
 // ---- the bias epilogue (packed_gemm's bias argument, cpu::gemm_bias): C = op(A) op(B) + bias
 // must carry exactly the bits of seeding every row of C with the bias and accumulating the
 // product onto it with beta = 1, for f32 and bf16 outputs, edge tiles, several k chunks (a bf16 C
@@ -497,8 +547,7 @@ void expect_epilogue_matches_seeding(const Gemm& with_bias, const Seeded& seeded
 }
 
 template <class T>
-void packed_epilogue_matches_seeding() {
-  const PackedKernel kernel = PackedKernel::Avx2;
+void packed_epilogue_matches_seeding(PackedKernel kernel) {
   expect_epilogue_matches_seeding<T>(
       [&](const Shape3& s, const T* a, int64_t lda, const T* b, int64_t ldb, const T* bias, T* c, int64_t ldc) {
         ember::cpu::packed_gemm<T, T, T>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc,
@@ -526,8 +575,10 @@ void gemm_bias_matches_seeded_gemm() {
 
 }  // namespace
 
-TEST(GemmBias, PackedF32EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<float>(); }
-TEST(GemmBias, PackedBf16EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<BFloat16>(); }
+TEST(GemmBias, PackedF32EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<float>(PackedKernel::Avx2); }
+TEST(GemmBias, PackedBf16EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<BFloat16>(PackedKernel::Avx2); }
+// The AVX-512 kernel, whose narrow f32 products (40 and 100 wide here) read their operands in place.
+TEST_F(GemmPackedAvx512, F32EpilogueMatchesSeeding) { packed_epilogue_matches_seeding<float>(PackedKernel::Avx512); }
 TEST(GemmBias, F32MatchesSeededGemm) { gemm_bias_matches_seeded_gemm<float>(); }
 TEST(GemmBias, Bf16MatchesSeededGemm) { gemm_bias_matches_seeded_gemm<BFloat16>(); }
 
