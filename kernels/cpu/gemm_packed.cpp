@@ -115,7 +115,7 @@ constexpr int64_t kAvx512Nc = 4096;
 constexpr int64_t kStagingBytes = 4 << 20;
 constexpr int64_t kStagedCols = 1024;
 
-using InPlaceAMicroKernel = void (*)(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+using InPlaceAMicroKernel = bool (*)(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
                                      int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows);
 
 struct KernelSpec {
@@ -395,8 +395,10 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                 if constexpr (std::is_same_v<TA, float>) {
                   if (ir < packed_from) {
                     const int64_t row = ic + ir;
-                    ks.run_in_place_a(kc, trans_a ? a + pc * lda + row : a + row * lda + pc, lda, trans_a, b_panel,
-                                      in_place_b ? ldb : 0, dst, ld, alpha, beta_q, rows);
+                    const bool ran = ks.run_in_place_a(kc, trans_a ? a + pc * lda + row : a + row * lda + pc, lda,
+                                                       trans_a, b_panel, in_place_b ? ldb : 0, dst, ld, alpha, beta_q,
+                                                       rows);
+                    EMBER_CHECK(ran, "packed_gemm: no in-place tile of ", rows, " rows");
                     return;
                   }
                 }

@@ -132,9 +132,10 @@ void streamed_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, 
 // The AVX-512 tile with A read in place instead of from a packed panel: row i of op(A) at
 // a[i * lda + p] (a_transposed: a[p * lda + i], A stored k x m). B is a packed panel (ldb 0) or
 // B's rows read in place, ldb apart. Only the tile's first `rows` rows are computed, read or
-// written (in_place_a_rows_supported: 4, 8 or all 12). For products too small for packing to
-// pay for itself; the values are the packed tile's, bit for bit.
-void in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+// written (in_place_a_rows_supported: 4, 8 or all 12; any other count computes nothing and
+// returns false). For products too small for packing to pay for itself; the values are the
+// packed tile's, bit for bit.
+bool in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
                                     int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows);
 inline constexpr bool in_place_a_rows_supported(int rows) { return rows == 4 || rows == 8 || rows == kPackedAvx512Rows; }
 // The first kRows rows of the strided and streamed tiles (a still kPackedAvx512Rows values a step,

@@ -128,7 +128,7 @@ InPlaceTile in_place_tile_for(int rows) {
 
 }  // namespace
 
-void in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
+bool in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
                                     int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows) {
   const bool panel = ldb == 0;
   const InPlaceTile tile =
@@ -136,7 +136,9 @@ void in_place_a_micro_kernel_avx512(int64_t kc, const float* a, int64_t lda, boo
                             : in_place_tile_for<ASource::kColumnsInPlace, false>(rows))
                    : (panel ? in_place_tile_for<ASource::kRowsInPlace, true>(rows)
                             : in_place_tile_for<ASource::kRowsInPlace, false>(rows));
+  if (tile == nullptr) return false;
   tile(kc, a, lda, b, ldb, c, ldc, alpha, beta);
+  return true;
 }
 
 template <int kRows, bool kStream>
