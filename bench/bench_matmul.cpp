@@ -44,6 +44,14 @@
 //                           Operands and C are allocated once per case (per call for ember_bmm),
 //                           beta = 0; CPU time is the whole process's. Measured numbers: the header
 //                           of kernels/cpu/gemm_packed.cpp.
+//   attention/<impl>/16x128x4x64/<threads>
+//                           bert-mini's self-attention as training runs it: packed_self_attention
+//                           on the fused QKV projection ([16, 128, 768], 4 heads of 64, a padding
+//                           mask, dropout 0.1), forward then backward. GFLOP/s counts its seven
+//                           per-head products (Q K^T and P V forward; backward recomputes Q K^T,
+//                           then dO V^T, P^T dO, dS K, dS^T Q), the softmax and dropout around them
+//                           in the time. impl: auto (cpu::gemm's run-time path for every product),
+//                           onednn_f32 (every product forced onto oneDNN's sgemm), auto_bf16.
 //   The FMA peak these rows are fractions of: build/bench/machine_limits.
 //
 // Ember runs Eigen's single-threaded GEMM on bands of C spread over its own thread pool;
@@ -353,6 +361,42 @@ void register_packed() {
   }
 }
 
+// ---- bert-mini's fused self-attention, forward and backward
+
+enum class AttentionImpl { Auto, OneDnnF32, AutoBf16 };
+
+void fused_attention(benchmark::State& state, AttentionImpl impl, int threads) {
+  using namespace ember;
+  constexpr int64_t kBatch = 16, kSeq = 128, kHeads = 4, kHeadDim = 64, kHidden = kHeads * kHeadDim;
+  set_num_threads(threads);
+  const DType dtype = impl == AttentionImpl::AutoBf16 ? DType::bf16 : DType::f32;
+  Tensor qkv = randn({kBatch, kSeq, 3 * kHidden}).to(dtype).requires_grad_();
+  // The last eight positions of every sequence are padding, as an additive mask.
+  Tensor mask = zeros({kBatch, 1, 1, kSeq});
+  mask.narrow(3, kSeq - 8, 8).fill_(-10000.0);
+  const Tensor dout = randn({kBatch, kSeq, kHidden}).to(dtype);
+  if (impl == AttentionImpl::OneDnnF32) cpu::set_f32_gemm_path(cpu::F32GemmPath::OneDnn);
+  for (auto _ : state) {
+    packed_self_attention(qkv, kHeads, mask, 0.1, /*training=*/true).backward(dout);
+    benchmark::DoNotOptimize(qkv.grad().raw_data());
+    qkv.set_grad(Tensor());
+  }
+  cpu::set_f32_gemm_path(std::nullopt);
+  const double products = 7.0 * 2.0 * double(kBatch * kHeads) * double(kSeq) * double(kSeq) * double(kHeadDim);
+  state.counters["GFLOP/s"] = benchmark::Counter(products * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(impl == AttentionImpl::OneDnnF32 ? "oneDNN sgemm" : "run-time path") + " " +
+                 dtype_name(dtype) + " threads=" + std::to_string(threads));
+}
+
+void register_attention() {
+  for (int threads : {1, 2})
+    for (auto [impl, name] : {std::pair{AttentionImpl::Auto, "auto"}, std::pair{AttentionImpl::OneDnnF32, "onednn_f32"},
+                              std::pair{AttentionImpl::AutoBf16, "auto_bf16"}}) {
+      const std::string row = std::string("attention/") + name + "/16x128x4x64/" + (threads == 1 ? "1thread" : "2threads");
+      benchmark::RegisterBenchmark(row.c_str(), fused_attention, impl, threads)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+}
+
 void register_all() {
   const std::array<std::array<int64_t, 3>, 4> shapes = {
       {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 256, 768}}};
@@ -373,6 +417,7 @@ void register_all() {
     }
   register_bf16_paths();
   register_packed();
+  register_attention();
 }
 
 }  // namespace

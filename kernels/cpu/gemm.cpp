@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm_bands.h"
 #include "kernels/cpu/gemm_f32_path.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/gemm_profile.h"
 #include "kernels/cpu/mkl_sgemm.h"
 
 namespace ember::cpu {
@@ -162,6 +163,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   if (m == 0 || n == 0) return;
   const F32GemmPath path =
       std::is_same_v<T, float> ? f32_gemm_path_for(m, n, k, trans_a, trans_b) : F32GemmPath::OneDnn;
+  // f32 products only (kernel null: not timed)
+  const GemmProfileScope profiled(m, n, k, trans_a, trans_b, /*bias=*/false,
+                                  std::is_same_v<T, float> ? f32_gemm_path_name(path) : nullptr);
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const T* ab, const T* bb, T* cb) {
                   gemm_serial(path, trans_a, trans_b, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
@@ -173,6 +177,7 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   if (m == 0 || n == 0) return;
   // The same bands and path as gemm, so the bits are those of seeding C.
   const F32GemmPath path = f32_gemm_path_for(m, n, k, trans_a, trans_b);
+  const GemmProfileScope profiled(m, n, k, trans_a, trans_b, /*bias=*/true, f32_gemm_path_name(path));
   gemm_in_bands(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
                 [&](int64_t mb, int64_t nb, const float* ab, const float* bb, float* cb) {
                   const float* bias_b = bias + (cb - c) % ldc;  // a column band starts (cb - c) columns in
