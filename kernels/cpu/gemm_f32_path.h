@@ -57,29 +57,26 @@
 // hour's noise moved single runs by 2x). So MKL is not chosen automatically; EMBER_F32_GEMM=mkl
 // runs every f32 product on it where it is installed.
 //
-// Attention's per-head products in bert-mini's training step (cpu::gemm timed inside
-// bench/bert_train --config bert-mini --task cls, 2 threads each running its own heads; GFLOP/s
-// per thread, best of 3 alternating runs, same Xeon), where the packed GEMM reads A, and an
-// untransposed B, in place (gemm_packed.h, kInPlaceMaxN):
+// Inside bert-mini's training step some products run at another speed than alone.
+// EMBER_GEMM_PROFILE=1 build/bench/bert_train --config bert-mini --task cls (kernels/cpu/
+// gemm_profile.h; each path forced in turn with EMBER_F32_GEMM, alternating, best of 4 rounds,
+// same Xeon, 2 threads; GFLOP/s a thread for attention's heads, each run by one thread inside
+// the attention's parallel region, for the whole product otherwise):
 //
-//   product (per head)                        oneDNN sgemm   packed, in place
-//   P V, dS K     128x128x64   A B               87            148
-//   P^T dO, dS^T Q 128x128x64  A^T B            139            152
-//   Q K^T, dO V^T 128x64x128   A B^T            126            115   (B^T still packed)
+//   product                        MxKxN          oneDNN sgemm   packed
+//   P V, dS K (per head)           128x128x64          90          145   (A and B in place)
+//   P^T dO, dS^T Q (per head)      128x128x64         134          147   (A and B in place)
+//   Q K^T, dO V^T (per head)       128x64x128         123          113   (A in place, B^T packed)
+//   wgrad, attention output        256x2048x256       308          256
+//   wgrad, fused QKV               768x2048x256       322          292
+//   wgrad, FFN in                  1024x2048x256      262          300
 //
-// (Timed alone on contiguous operands, bench_matmul's packed/attn_ rows, oneDNN reaches 150 on
-// P V: inside the step its operands are rows of the fused QKV projection, 768 floats apart.)
-//
-// The weight gradients of bert-mini's 256-wide layers (dY^T X, A transposed, N = 256), in the
-// same step (best of 5 alternating runs, 2 threads, GFLOP/s for the product):
-//
-//   shape MxKxN          oneDNN sgemm   packed
-//   256x2048x256              304         252     attention output
-//   768x2048x256              317         287     fused QKV
-//   1024x2048x256             267         290     FFN in
-//
-// so the packed GEMM takes a narrow transposed-A product only when it is tall (kAvx512PackedMinM):
-// it packs each chunk of B for fewer rows of A than that and loses to oneDNN there.
+// Alone (bench_matmul's attention/ rows: the same fused attention, forward and backward, under
+// the same profile) oneDNN runs P V at 140 and the in-place packed GEMM at 146; what slows
+// oneDNN's small products inside the step was not pinned down. So the packed GEMM runs the
+// small products it can read in place, and a narrow transposed-A product only when it is tall
+// (kAvx512PackedMinM): it packs each chunk of B for fewer rows of A than that and loses to
+// oneDNN there.
 //
 // Dispatch (f32_gemm_path_for): products under kPackedMinWork multiply-adds go to oneDNN, but
 // for those the AVX-512 packed GEMM runs with its operands in place (B not transposed, 32 to
