@@ -67,7 +67,9 @@ class Profile {
     enable(true);
   }
   ~Profile() {
-    if (used_.load(std::memory_order_relaxed)) print(rows());
+    if (!used_.load(std::memory_order_relaxed)) return;
+    const std::vector<GemmProfileRow> table = rows();
+    if (!table.empty()) print(table);
   }
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }

@@ -3,8 +3,8 @@
 // work's data in the caches, the other thread busy). EMBER_GEMM_PROFILE=1 at start-up (or
 // set_gemm_profile) times every f32 cpu::gemm and cpu::gemm_bias call and sums the calls by
 // shape, layout, kernel and whether they ran inside a parallel region (one thread each, such as
-// attention's per-head products); the table goes to stderr when the process exits, largest total
-// first. Off, a product pays one relaxed atomic load.
+// attention's per-head products); the table, when it has rows, goes to stderr when the process
+// exits, largest total first. Off, a product pays one relaxed atomic load.
 //
 //   EMBER_GEMM_PROFILE=1 build/bench/bert_train --config bert-mini --task cls --steps 10
 #pragma once
