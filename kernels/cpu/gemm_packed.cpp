@@ -118,17 +118,24 @@ constexpr int64_t kStagedCols = 1024;
 using InPlaceAMicroKernel = bool (*)(int64_t kc, const float* a, int64_t lda, bool a_transposed, const float* b,
                                      int64_t ldb, float* c, int64_t ldc, float alpha, float beta, int rows);
 
+using BiasMicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                 const float* bias);
+
 struct KernelSpec {
   int rows, cols;
   int64_t mc, nc;
   PackedMicroKernel run;
   InPlaceAMicroKernel run_in_place_a;  // null: A is always packed
+  BiasMicroKernel run_bias;            // whole tiles of a product with a bias
 };
 
 const KernelSpec& kernel_spec(PackedKernel kernel) {
-  static const KernelSpec avx2{kPackedAvx2Rows, kPackedAvx2Cols, kAvx2Mc, kAvx2Nc, &packed_micro_kernel_avx2, nullptr};
-  static const KernelSpec avx512{kPackedAvx512Rows, kPackedAvx512Cols, kAvx512Mc, kAvx512Nc,
-                                 &packed_micro_kernel_avx512, &in_place_a_micro_kernel_avx512};
+  static const KernelSpec avx2{kPackedAvx2Rows, kPackedAvx2Cols, kAvx2Mc, kAvx2Nc, &packed_micro_kernel_avx2, nullptr,
+                               &packed_bias_micro_kernel_avx2};
+  static const KernelSpec avx512{kPackedAvx512Rows,           kPackedAvx512Cols,
+                                 kAvx512Mc,                   kAvx512Nc,
+                                 &packed_micro_kernel_avx512, &in_place_a_micro_kernel_avx512,
+                                 &packed_bias_micro_kernel_avx512};
   return kernel == PackedKernel::Avx512 ? avx512 : avx2;
 }
 
@@ -324,9 +331,10 @@ void write_tile(const float* t, int64_t ldt, int rows, int cols, TC* c, int64_t 
   }
 }
 
-// bias (or null): C's first chunk starts from the bias instead of C, copied into the scratch
-// tile (or staging block) the micro-kernel then reads back with beta = 1: the bits of a C
-// seeded with the bias, without reading C (read_tile with a row stride of 0 repeats the row).
+// bias (or null): C's first chunk starts from the bias instead of C: whole f32 tiles add it in
+// the micro-kernel's epilogue (run_bias), others copy it into the scratch tile (or staging block)
+// the micro-kernel then reads back with beta = 1; either way the bits of a C seeded with the bias,
+// without reading C (read_tile with a row stride of 0 repeats the row).
 template <class TA, class TB, class TC>
 void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
                   int64_t lda, const TB* b, int64_t ldb, float beta, TC* c, int64_t ldc, const KernelSpec& ks,
@@ -412,6 +420,8 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                 const float beta_q = first ? beta_first : 1.0f;
                 if ((rows == mr || ir < packed_from) && cols == nr && !seed) {
                   run_tile(ct, ldc, beta_q);
+                } else if (seed && rows == mr && cols == nr && ir >= packed_from) {
+                  if constexpr (std::is_same_v<TC, float>) ks.run_bias(kc, a_panel, b_panel, ct, ldc, alpha, bias_t);
                 } else {
                   // Edge tiles, and tiles that start from the bias (C unread): formed in L1,
                   // then written to C once.

@@ -114,6 +114,10 @@ inline constexpr int64_t kInPlaceMaxN = 128;
 
 void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                               float beta);
+// The same tile starting from a bias row instead of C: c = fma(1, bias[j], alpha * acc), C not
+// read; the bits of a C seeded with the bias and run with beta = 1, without the seeding.
+void packed_bias_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                   const float* bias);
 // The same tile with B read in place: b[p * ldb + j] for j < kPackedAvx2Cols, any alignment
 // (a row-major operand whose rows need no packing, such as a convolution's dY).
 void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
@@ -121,6 +125,9 @@ void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int
 // AVX-512F code: call only where packed_kernel_available(PackedKernel::Avx512).
 void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                                 float beta);
+// The AVX-512 tile starting from a bias row, as packed_bias_micro_kernel_avx2.
+void packed_bias_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                     const float* bias);
 // The AVX-512 tile with B read in place, as strided_b_micro_kernel_avx2.
 void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                    float alpha, float beta);

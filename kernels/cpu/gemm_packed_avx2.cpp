@@ -11,10 +11,11 @@ namespace ember::cpu {
 namespace {
 
 // The tile with B's rows ldb floats apart: the packed panel (ldb = kCols, aligned) or rows of a
-// row-major matrix read in place (unaligned).
+// row-major matrix read in place (unaligned). bias (or null): c = fma(1, bias, alpha * acc) for
+// every row, C not read (beta ignored): the bits of a C seeded with the bias and run with beta 1.
 template <bool kPanel>
 [[gnu::always_inline]] inline void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
-                                             int64_t ldc, float alpha, float beta) {
+                                             int64_t ldc, float alpha, float beta, const float* bias = nullptr) {
   constexpr int kRows = kPackedAvx2Rows;
   constexpr int kCols = kPackedAvx2Cols;
   static_assert(kCols == 16, "two ymm vectors a row");
@@ -42,7 +43,14 @@ template <bool kPanel>
     b += kPanel ? kCols : ldb;
   }
   const __m256 va = _mm256_set1_ps(alpha);
-  if (beta == 0.0f) {
+  if (bias != nullptr) {
+    const __m256 one = _mm256_set1_ps(1.0f), bias0 = _mm256_loadu_ps(bias), bias1 = _mm256_loadu_ps(bias + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kRows; ++i) {
+      _mm256_storeu_ps(c + i * ldc, _mm256_fmadd_ps(one, bias0, _mm256_mul_ps(va, acc0[i])));
+      _mm256_storeu_ps(c + i * ldc + 8, _mm256_fmadd_ps(one, bias1, _mm256_mul_ps(va, acc1[i])));
+    }
+  } else if (beta == 0.0f) {
 #pragma GCC unroll 6
     for (int i = 0; i < kRows; ++i) {
       _mm256_storeu_ps(c + i * ldc, _mm256_mul_ps(va, acc0[i]));
@@ -64,6 +72,11 @@ template <bool kPanel>
 void packed_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                               float beta) {
   tile_6x16<true>(kc, a, b, kPackedAvx2Cols, c, ldc, alpha, beta);
+}
+
+void packed_bias_micro_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                   const float* bias) {
+  tile_6x16<true>(kc, a, b, kPackedAvx2Cols, c, ldc, alpha, 0.0f, bias);
 }
 
 void strided_b_micro_kernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,

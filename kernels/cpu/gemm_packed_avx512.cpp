@@ -38,8 +38,11 @@ enum class ASource { kPanel, kRowsInPlace, kColumnsInPlace };
 // stores, nothing of C read or asked for beforehand (beta taken as 0).
 // kRows: the tile's first rows computed (a still kPackedAvx512Rows values a step).
 template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows, ASource kA = ASource::kPanel>
+// bias (or null): c = fma(1, bias, alpha * acc) for every row, C not read (beta ignored): the
+// bits of a C seeded with the bias and run with beta = 1.
 [[gnu::always_inline]] inline void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
-                                              int64_t ldc, float alpha, float beta, int64_t lda = 0) {
+                                              int64_t ldc, float alpha, float beta, int64_t lda = 0,
+                                              const float* bias = nullptr) {
   constexpr int kCols = kPackedAvx512Cols;
   static_assert(kCols == 32, "two zmm vectors a row");
   __m512 acc0[kRows], acc1[kRows];
@@ -66,7 +69,14 @@ template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows, ASou
     b += kPanel ? kCols : ldb;
   }
   const __m512 va = _mm512_set1_ps(alpha);
-  if (kStream) {
+  if (bias != nullptr && !kStream) {
+    const __m512 one = _mm512_set1_ps(1.0f), bias0 = _mm512_loadu_ps(bias), bias1 = _mm512_loadu_ps(bias + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kRows; ++i) {
+      _mm512_storeu_ps(c + i * ldc, _mm512_fmadd_ps(one, bias0, _mm512_mul_ps(va, acc0[i])));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_fmadd_ps(one, bias1, _mm512_mul_ps(va, acc1[i])));
+    }
+  } else if (kStream) {
 #pragma GCC unroll 12
     for (int i = 0; i < kRows; ++i) {
       _mm512_stream_ps(c + i * ldc, _mm512_mul_ps(va, acc0[i]));
@@ -94,6 +104,11 @@ template <bool kPanel, bool kStream = false, int kRows = kPackedAvx512Rows, ASou
 void packed_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                                 float beta) {
   tile_12x32<true>(kc, a, b, kPackedAvx512Cols, c, ldc, alpha, beta);
+}
+
+void packed_bias_micro_kernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                                     const float* bias) {
+  tile_12x32<true>(kc, a, b, kPackedAvx512Cols, c, ldc, alpha, 0.0f, 0, bias);
 }
 
 void strided_b_micro_kernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
