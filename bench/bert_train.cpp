@@ -18,6 +18,7 @@
 
 #include "bench/bert_bench_model.h"
 #include "core/device_api.h"
+#include "core/parallel_spin.h"
 #include "tracking/progress.h"
 
 using namespace ember;
@@ -108,8 +109,10 @@ int main(int argc, char** argv) {
 
     std::vector<double> times;
     double first_loss = 0, last_loss = 0;
+    int64_t wakeups_before = 0;  // jobs that had to wake a sleeping pool worker, from the first timed step
     ProgressBar bar("bert_train", a.warmup + a.steps);
     for (int64_t it = 0; it < a.warmup + a.steps; ++it) {
+      if (it == a.warmup) wakeups_before = detail::pool_wakeups();
       const double ms = model.train_step(opt, a.batch, a.seq, a.vocab, a.dtype == "bf16", &last_loss);
       if (it == 0) first_loss = last_loss;
       if (it >= a.warmup) times.push_back(ms);
@@ -129,10 +132,11 @@ int main(int argc, char** argv) {
           "{\"kind\": \"result\", \"framework\": \"ember\", \"task\": \"%s\", \"dtype\": \"%s\", \"layers\": %lld, "
           "\"hidden\": %lld, \"heads\": %lld, \"ffn\": %lld, \"vocab\": %lld, \"seq\": %lld, \"batch\": %lld, "
           "\"threads\": %d, \"steps\": %lld, \"median_step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.1f, "
-          "\"mfu\": %.3f, \"peak_rss_mb\": %.1f}\n",
+          "\"mfu\": %.3f, \"peak_rss_mb\": %.1f, \"pool_wakeups_per_step\": %.1f}\n",
           a.task.c_str(), a.dtype.c_str(), (long long)a.layers, (long long)a.hidden, (long long)a.heads,
           (long long)a.ffn, (long long)a.vocab, (long long)a.seq, (long long)a.batch, a.threads, (long long)a.steps,
-          median, tokens_per_s, achieved / 1e9, achieved / peak, peak_rss_mb());
+          median, tokens_per_s, achieved / 1e9, achieved / peak, peak_rss_mb(),
+          double(detail::pool_wakeups() - wakeups_before) / double(a.steps));
       return 0;
     }
     // CUDA: the same fields, plus the device, the step-time spread, the losses as a sanity check,

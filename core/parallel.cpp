@@ -1,15 +1,20 @@
 #include "core/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel_spin.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,9 +28,58 @@ namespace {
 
 thread_local bool tls_in_parallel = false;
 
-// ~30 us of polling before sleeping: long enough to bridge consecutive ops, short enough
-// not to matter to a neighbour.
-constexpr int kSpinIterations = 2000;
+// How long a pool thread polls for its next job (a worker) or for the helpers to finish (the
+// caller) before it sleeps. Waking a sleeping thread costs tens of microseconds on bare metal
+// and often hundreds in a virtual machine whose idle virtual CPU the host has descheduled; in a
+// BERT step about half the gaps between parallel regions last 25 us to 1 ms (the main thread's
+// serial work between ops), so a 25 us poll left the worker asleep for half the jobs. A
+// millisecond bridges ~95% of them and costs a spinning core at most that long after the last
+// op. Oversubscribed pools (more threads than CPUs this process may use) poll only briefly, as
+// each spinning thread there takes a CPU from one with work.
+constexpr int64_t kDefaultSpinMicroseconds = 1000;
+constexpr int64_t kOversubscribedSpinMicroseconds = 20;
+std::atomic<int64_t> g_spin_ns{kDefaultSpinMicroseconds * 1000};
+std::atomic<int64_t> g_spin_override_us{-1};  // detail::set_spin_microseconds; -1: none
+std::atomic<int64_t> g_wakeups{0};             // jobs published while a worker slept
+
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+// The budget for a pool of `threads`, in nanoseconds: set_spin_microseconds's, else
+// EMBER_SPIN_US's, else by whether the threads oversubscribe the CPUs.
+int64_t spin_budget_ns(int threads) {
+  const int64_t forced = g_spin_override_us.load();
+  if (forced >= 0) return forced * 1000;
+  if (const char* s = std::getenv("EMBER_SPIN_US")) return detail::parse_spin_microseconds(s) * 1000;
+  return (threads > usable_cpus() ? kOversubscribedSpinMicroseconds : kDefaultSpinMicroseconds) * 1000;
+}
+
+// Polls done() until it holds or the spin budget has passed; returns done()'s last value. The
+// clock is read once every 64 pauses (the pause is ~13 ns on recent Intel cores, a few on
+// older ones; a clock read a few tens). Past the first 50 us each round also yields, so a
+// thread with work on this CPU (a data-loader worker, another process) runs first instead of
+// sharing the CPU with a poll; with none, the yield returns at once and the CPU stays awake.
+template <typename Done>
+bool poll(const Done& done) {
+  const int64_t budget = g_spin_ns.load(std::memory_order_relaxed);
+  if (done()) return true;
+  if (budget <= 0) return false;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::nanoseconds(budget);
+  const auto yield_from = start + std::chrono::microseconds(50);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      EMBER_CPU_RELAX();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return done();
+    if (now >= yield_from) std::this_thread::yield();
+  }
+}
 
 // Synchronisation: a job is published by one seq_cst store of a word holding the job's sequence
 // number and thread count (the job pointer and counters are written before it), so a spinning
@@ -75,8 +129,7 @@ class ThreadPool {
         remaining_.fetch_sub(1);
       }
     // Wait for the helpers: poll, then sleep.
-    for (int i = 0; i < kSpinIterations && remaining_.load(std::memory_order_acquire) > 0; ++i) EMBER_CPU_RELAX();
-    if (remaining_.load(std::memory_order_acquire) > 0) {
+    if (!poll([&] { return remaining_.load(std::memory_order_acquire) == 0; })) {
       std::unique_lock<std::mutex> lock(mu_);
       caller_sleeping_.store(true);
       cv_done_.wait(lock, [&] { return remaining_.load() == 0; });
@@ -113,6 +166,7 @@ class ThreadPool {
   void publish(uint64_t sequence, int nthreads) {
     current_.store(word(sequence, nthreads));
     if (sleeping_workers_.load() > 0) {
+      if (nthreads > 0) g_wakeups.fetch_add(1, std::memory_order_relaxed);
       // A sleeper counted itself under mu_ and then checks current_ under mu_ before waiting:
       // taking mu_ here orders this notify after that check.
       { std::lock_guard<std::mutex> lock(mu_); }
@@ -151,9 +205,7 @@ class ThreadPool {
   void worker(int id, uint64_t seen) {
     while (true) {
       uint64_t now = seen;
-      for (int i = 0; i < kSpinIterations && (now = current_.load(std::memory_order_acquire)) == seen; ++i)
-        EMBER_CPU_RELAX();
-      if (now == seen) {
+      if (!poll([&] { return (now = current_.load(std::memory_order_acquire)) != seen; })) {
         std::unique_lock<std::mutex> lock(mu_);
         sleeping_workers_.fetch_add(1);
         cv_start_.wait(lock, [&] { return (now = current_.load()) != seen; });
@@ -201,7 +253,10 @@ std::atomic<int> g_threads{default_threads()};
 
 ThreadPool& pool() {
   // Leaked on purpose: worker threads must outlive static destructors that may still run ops.
-  static ThreadPool* p = new ThreadPool(g_threads.load());
+  static ThreadPool* p = [] {
+    g_spin_ns = spin_budget_ns(g_threads.load());  // a bad EMBER_SPIN_US fails here, before any thread
+    return new ThreadPool(g_threads.load());
+  }();
   return *p;
 }
 
@@ -210,8 +265,10 @@ ThreadPool& pool() {
 void set_num_threads(int n) {
   EMBER_CHECK(n >= 1, "set_num_threads: expected a positive thread count, got ", n);
   EMBER_CHECK(!tls_in_parallel, "set_num_threads: cannot be called inside a parallel region");
+  const int64_t budget = spin_budget_ns(n);
   g_threads = n;
   if (pool().size() != n) pool().resize(n);
+  g_spin_ns = budget;
 }
 
 int get_num_threads() { return g_threads.load(std::memory_order_relaxed); }
@@ -219,6 +276,28 @@ int get_num_threads() { return g_threads.load(std::memory_order_relaxed); }
 bool in_parallel_region() { return tls_in_parallel; }
 
 namespace detail {
+
+int64_t parse_spin_microseconds(const char* text) {
+  const std::string s = text ? text : "";
+  const bool digits = !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+  EMBER_CHECK(digits, "EMBER_SPIN_US: expected the microseconds a pool thread polls before sleeping, a whole number "
+              "from 0 to 999999999, got '", s, "'");
+  return std::stoll(s);
+}
+
+void set_spin_microseconds(int64_t us) {
+  EMBER_CHECK(us >= -1, "set_spin_microseconds: expected microseconds >= 0, or -1 for the default, got ", us);
+  g_spin_override_us = us;
+  g_spin_ns = spin_budget_ns(pool().size());
+}
+
+int64_t spin_microseconds() {
+  pool();  // the budget is chosen with the pool
+  return g_spin_ns.load() / 1000;
+}
+
+int64_t pool_wakeups() { return g_wakeups.load(); }
+
 void parallel_for_impl(int64_t begin, int64_t end, int64_t grain,
                        const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t n = end - begin;

@@ -1,6 +1,9 @@
-// Intra-op threading on Ember's own pool. Workers spin briefly between jobs (back-to-back ops
-// start fast) and then sleep, so they never burn a core that another process or a data-loader
-// thread needs: a busy-waiting runtime is many times slower when cores are oversubscribed.
+// Intra-op threading on Ember's own pool. Workers poll for about a millisecond between jobs
+// (the serial gaps between ops in a training step are mostly shorter, and waking a sleeping
+// thread costs tens to hundreds of microseconds in a virtual machine) and then sleep, so they
+// never burn a core for long that another process or a data-loader thread needs; a pool with
+// more threads than usable CPUs polls only ~20 us. EMBER_SPIN_US sets the polling time (0:
+// sleep at once).
 // One parallel region runs at a time; a nested call, or a call from a second thread while the
 // pool is busy, runs serially on the calling thread.
 #pragma once

@@ -1,9 +1,10 @@
 // The thread pool: coverage of every index, nesting, exceptions, resizing, concurrent callers,
-// helpers that wake late.
+// helpers that wake late, how long workers poll before sleeping.
 #include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "core/parallel_spin.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -28,6 +29,7 @@ TEST(Parallel, SharesRunExactlyOnceWhenHelpersWakeLate) {
   // a second time after its job returned is counted too.
   constexpr int kRounds = 300;
   set_num_threads(3);
+  detail::set_spin_microseconds(20);
   std::vector<std::atomic<int>> hits(kRounds * 3);
   for (int round = 0; round < kRounds; ++round) {
     if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -41,7 +43,52 @@ TEST(Parallel, SharesRunExactlyOnceWhenHelpersWakeLate) {
     for (int i = 0; i < 3; ++i)
       ASSERT_EQ(hits[size_t(round * 3 + i)].load(), i < (round % 2 ? 2 : 3) ? 1 : 0)
           << "round " << round << " index " << i;
+  detail::set_spin_microseconds(-1);
   set_num_threads(2);
+}
+
+// Runs `jobs` two-share jobs, each after a pause of `pause_us` on the calling thread, and returns
+// how many of them had to wake a sleeping worker.
+int64_t wakeups_over(int jobs, int pause_us) {
+  const int64_t before = detail::pool_wakeups();
+  std::atomic<int64_t> items{0};
+  for (int j = 0; j < jobs; ++j) {
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    parallel_for(0, 2, 1, [&](int64_t b, int64_t e) { items += e - b; });
+  }
+  EXPECT_EQ(items.load(), 2 * jobs);
+  return detail::pool_wakeups() - before;
+}
+
+TEST(Parallel, WorkersPollForTheirBudgetBeforeSleeping) {
+  set_num_threads(2);
+  // no polling: a worker sleeps as soon as its share is done, so jobs after a pause wake it
+  detail::set_spin_microseconds(0);
+  parallel_for(0, 2, 1, [](int64_t, int64_t) {});
+  EXPECT_GE(wakeups_over(40, 300), 20);
+  // a budget far longer than the pauses: once its poll has begun, the worker never sleeps
+  detail::set_spin_microseconds(5'000'000);
+  parallel_for(0, 2, 1, [](int64_t, int64_t) {});  // wakes the worker, which then polls
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(wakeups_over(40, 300), 0);
+  // back to the default; one more job ends the worker's long poll
+  detail::set_spin_microseconds(-1);
+  parallel_for(0, 2, 1, [](int64_t, int64_t) {});
+}
+
+TEST(Parallel, SpinBudgetTextIsCheckedAndNamed) {
+  EXPECT_EQ(detail::parse_spin_microseconds("0"), 0);
+  EXPECT_EQ(detail::parse_spin_microseconds("1000"), 1000);
+  EXPECT_EQ(detail::parse_spin_microseconds("999999999"), 999999999);
+  for (const char* bad : {"", "-1", "1e3", "abc", " 5", "5 ", "1000000000", "0x10"}) {
+    try {
+      detail::parse_spin_microseconds(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("EMBER_SPIN_US"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(detail::set_spin_microseconds(-2), Error);
 }
 
 TEST(Parallel, ResizingRepeatedlyNeverLosesAJob) {

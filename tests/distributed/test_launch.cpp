@@ -889,6 +889,14 @@ TEST_F(LaunchTest, EnvCommandDescribesTheMachine) {
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "num_processes: 6")) << r.out;
   EXPECT_FALSE(contains(r.out, "no config file")) << r.out;
+
+  // the pool's polling time, as EMBER_SPIN_US sets it; a bad value is an error naming it
+  r = ember({"env"}, {{"EMBER_SPIN_US", "250"}});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "polling before sleeping: 250 us (EMBER_SPIN_US=250)")) << r.out;
+  r = ember({"env"}, {{"EMBER_SPIN_US", "1ms"}});
+  EXPECT_NE(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "EMBER_SPIN_US") && contains(r.err, "'1ms'")) << r.err;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "core/device_api.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/parallel_spin.h"
 #include "subcommands.h"
 #include "version.h"
 
@@ -94,6 +95,8 @@ int env_command(const std::vector<std::string>& args) {
   out << "CPU cores (usable by this process): " << distributed::available_cpus() << "\n";
   out << "Ember threads: " << get_num_threads() << " (EMBER_NUM_THREADS=" << env_or("EMBER_NUM_THREADS", "unset")
       << ", OMP_NUM_THREADS=" << env_or("OMP_NUM_THREADS", "unset") << ")\n";
+  out << "Ember pool polling before sleeping: " << detail::spin_microseconds() << " us (EMBER_SPIN_US="
+      << env_or("EMBER_SPIN_US", "unset") << ")\n";
 #ifdef EMBER_WITH_CUDA
   out << "CUDA build: yes\n";
 #else
