@@ -31,10 +31,10 @@ thread_local bool tls_in_parallel = false;
 // How long a pool thread polls for its next job (a worker) or for the helpers to finish (the
 // caller) before it sleeps. Waking a sleeping thread costs tens of microseconds on bare metal
 // and often hundreds in a virtual machine whose idle virtual CPU the host has descheduled; in a
-// BERT step about half the gaps between parallel regions last 25 us to 1 ms (the main thread's
-// serial work between ops), so a 25 us poll left the worker asleep for half the jobs. A
-// millisecond bridges ~95% of them and costs a spinning core at most that long after the last
-// op. Oversubscribed pools (more threads than CPUs this process may use) poll only briefly, as
+// BERT step about two thirds of the gaps between parallel regions last 25 us to 1 ms (the main
+// thread's serial work between ops), so a 25 us poll left the worker asleep for 65-80% of the
+// jobs. A millisecond bridges ~95% of the gaps and keeps a core spinning at most that long
+// after the last op. Oversubscribed pools (more threads than CPUs this process may use) poll only briefly, as
 // each spinning thread there takes a CPU from one with work.
 constexpr int64_t kDefaultSpinMicroseconds = 1000;
 constexpr int64_t kOversubscribedSpinMicroseconds = 20;
