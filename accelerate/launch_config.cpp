@@ -1,6 +1,5 @@
 #include "accelerate/launch_config.h"
 
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <pwd.h>
@@ -22,6 +21,7 @@
 #include "accelerate/fsdp_env.h"
 #include "accelerate/fsdp_settings.h"
 #include "core/error.h"
+#include "core/usable_cpus.h"
 
 namespace ember::distributed {
 
@@ -467,16 +467,7 @@ std::optional<LaunchConfig> load_default_config() {
   return LaunchConfig::load_yaml(path);
 }
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? int(n) : 1;
-}
+int available_cpus() { return usable_cpus(); }
 
 int threads_per_process(const LaunchConfig& config) {
   if (config.num_cpu_threads_per_process > 0) return config.num_cpu_threads_per_process;

@@ -1,7 +1,5 @@
 #include "core/parallel.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/parallel_spin.h"
+#include "core/usable_cpus.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -41,12 +40,6 @@ constexpr int64_t kOversubscribedSpinMicroseconds = 20;
 std::atomic<int64_t> g_spin_ns{kDefaultSpinMicroseconds * 1000};
 std::atomic<int64_t> g_spin_override_us{-1};  // detail::set_spin_microseconds; -1: none
 std::atomic<int64_t> g_wakeups{0};             // jobs published while a worker slept
-
-int usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, int(std::thread::hardware_concurrency()));
-}
 
 // The budget for a pool of `threads`, in nanoseconds: set_spin_microseconds's, else
 // EMBER_SPIN_US's, else by whether the threads oversubscribe the CPUs.
