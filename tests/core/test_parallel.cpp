@@ -9,6 +9,21 @@
 
 using namespace ember;
 
+namespace {
+
+// Sets the pool's polling time for one test and restores the default when the test ends, also
+// when an assertion ends it early.
+class SpinBudget {
+ public:
+  explicit SpinBudget(int64_t us) { detail::set_spin_microseconds(us); }
+  void set(int64_t us) { detail::set_spin_microseconds(us); }
+  ~SpinBudget() { detail::set_spin_microseconds(-1); }
+  SpinBudget(const SpinBudget&) = delete;
+  SpinBudget& operator=(const SpinBudget&) = delete;
+};
+
+}  // namespace
+
 TEST(Parallel, EveryIndexRunsExactlyOnce) {
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
@@ -29,7 +44,7 @@ TEST(Parallel, SharesRunExactlyOnceWhenHelpersWakeLate) {
   // a second time after its job returned is counted too.
   constexpr int kRounds = 300;
   set_num_threads(3);
-  detail::set_spin_microseconds(20);
+  const SpinBudget spin(20);
   std::vector<std::atomic<int>> hits(kRounds * 3);
   for (int round = 0; round < kRounds; ++round) {
     if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -43,7 +58,6 @@ TEST(Parallel, SharesRunExactlyOnceWhenHelpersWakeLate) {
     for (int i = 0; i < 3; ++i)
       ASSERT_EQ(hits[size_t(round * 3 + i)].load(), i < (round % 2 ? 2 : 3) ? 1 : 0)
           << "round " << round << " index " << i;
-  detail::set_spin_microseconds(-1);
   set_num_threads(2);
 }
 
@@ -63,16 +77,16 @@ int64_t wakeups_over(int jobs, int pause_us) {
 TEST(Parallel, WorkersPollForTheirBudgetBeforeSleeping) {
   set_num_threads(2);
   // no polling: a worker sleeps as soon as its share is done, so jobs after a pause wake it
-  detail::set_spin_microseconds(0);
+  SpinBudget spin(0);
   parallel_for(0, 2, 1, [](int64_t, int64_t) {});
   EXPECT_GE(wakeups_over(40, 300), 20);
   // a budget far longer than the pauses: once its poll has begun, the worker never sleeps
-  detail::set_spin_microseconds(5'000'000);
+  spin.set(5'000'000);
   parallel_for(0, 2, 1, [](int64_t, int64_t) {});  // wakes the worker, which then polls
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(wakeups_over(40, 300), 0);
   // back to the default; one more job ends the worker's long poll
-  detail::set_spin_microseconds(-1);
+  spin.set(-1);
   parallel_for(0, 2, 1, [](int64_t, int64_t) {});
 }
 
